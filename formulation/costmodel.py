@@ -1,0 +1,318 @@
+"""Coefficients of the cost model (SPEC section 3): the only source of times, bytes and prices.
+
+Everything the evaluator, the batched evaluator and the MILP need is a function of the
+instance and of one of the per-stage choices (micro-batch ``b``, tensor degree ``t``,
+recompute mode, dp degree ``r``, domain, link, position from the end of the pipeline). The
+functions are written so that stage-level quantities are affine in the number of layers of a
+stage: ``layers * per_layer + fixed``. That is what lets the MILP use them as coefficients.
+
+Compute follows an operator-level roofline: every operator of a transformer layer costs
+``max(FLOPs / (t peak eta(shape)), bytes / (t HBM_bw hbm_eff))``. The shape-dependent
+efficiency of a matrix multiply ``(M x K) @ (K x N)`` is ``eta_max * sat(M) sat(K) sat(N)``
+with ``sat(x) = x / (x + x_half)``: small dimensions (thin tensor-parallel shards, per-head
+attention matmuls) run further from peak. The constants are calibrated against Megatron-LM
+(SC'21, Table 1): see ``tests/test_calibration.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulation.instance import Instance
+
+BYTES_PER_VALUE = 2  # bf16 activations, gradients and weights
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Efficiency constants, fitted to Megatron-LM SC'21 Table 1 on A100 by
+    ``python scripts/calibration.py --fit`` (a grid search minimising the largest relative
+    error); the same constants are used for every GPU type."""
+
+    matmul_eta_max: float = 0.74  # best achievable share of peak for a large GEMM
+    matmul_half_dim: float = 56.0  # dimension at which a GEMM side halves efficiency
+    hbm_efficiency: float = 0.80  # share of HBM bandwidth reached by streaming kernels
+    collective_efficiency: float = 0.65  # share of link bandwidth reached by NCCL rings
+    collective_step_latency_s: float = 5e-6  # per ring step inside a node
+    # Bytes moved per token by the memory-bound operators of one layer's forward (norms,
+    # residual adds, dropout, activation function), as multiples of hidden and FFN width.
+    elementwise_bytes_per_hidden: float = 20.0
+    elementwise_bytes_per_ffn: float = 6.0
+    softmax_bytes_per_score: float = 8.0  # read + write scores, dropout mask
+    cross_entropy_bytes_per_logit: float = 12.0  # fp32 logits: softmax, loss, gradient
+    optimizer_bytes_per_param: float = 36.0  # Adam step: read/write master, m, v, grad, param
+
+
+EFFICIENCY = Efficiency()
+
+
+def _cached(method):
+    """Memoise a coefficient on its CostModel (not globally, so instances can be freed)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        key = (name, *args)
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = self._cache[key] = method(self, *args)
+            return value
+
+    return wrapper
+
+
+class CostModel:
+    """Per-instance coefficient functions. Cached: the evaluator calls them in hot loops."""
+
+    def __init__(self, instance: Instance, efficiency: Efficiency = EFFICIENCY):
+        self.instance = instance
+        self.eff = efficiency
+        self._cache: dict[tuple, object] = {}
+        gpu, model = instance.gpu, instance.model
+        self.peak = gpu.peak_tflops * 1e12
+        self.hbm_bw = gpu.hbm_gbps * GB * efficiency.hbm_efficiency
+        self.nvlink_bw = gpu.nvlink_gbps * GB * efficiency.collective_efficiency
+        self.usable_memory = gpu.hbm_gb * GB * (1 - instance.training.memory_margin)
+        self.layer_params = model.layer_params
+        self.embedding_params = model.embedding_params
+        # The LM head (and final norm) sits on the last stage; a tied head still needs its own
+        # copy there as soon as the first and last stage differ (Megatron does the same).
+        self.head_params = model.vocab * model.hidden + model.hidden
+        # Link figures as arrays in SI units, indexed by domain (the diagonal of the WAN
+        # matrices is unused: stages in one domain talk over the intra-domain network).
+        links = instance.links
+        self.intra_bandwidth = np.array([d.intra_bandwidth_gbps for d in instance.domains]) * GBIT
+        self.intra_latency = np.array([d.intra_latency_ms for d in instance.domains]) * 1e-3
+        self.wan_bandwidth = np.where(links.bandwidth_gbps > 0, links.bandwidth_gbps, 1.0) * GBIT
+        self.wan_latency = links.latency_ms * 1e-3
+        self.price = links.price_per_gb
+
+    # -- operator roofline ----------------------------------------------------------------
+    def _sat(self, dim: float) -> float:
+        return dim / (dim + self.eff.matmul_half_dim)
+
+    def matmul_time(self, m: float, k: float, n: float, count: float = 1.0) -> float:
+        """``count`` independent (m x k) @ (k x n) products on one GPU."""
+        flops = 2.0 * m * k * n * count
+        eta = self.eff.matmul_eta_max * self._sat(m) * self._sat(k) * self._sat(n)
+        bytes_moved = BYTES_PER_VALUE * (m * k + k * n + m * n) * count
+        return max(flops / (self.peak * eta), bytes_moved / self.hbm_bw)
+
+    def stream_time(self, bytes_moved: float) -> float:
+        return bytes_moved / self.hbm_bw
+
+    def tp_allreduce_time(self, b: int, t: int) -> float:
+        """One all-reduce of a (b, s, h) bf16 activation among t GPUs over NVLink."""
+        if t == 1:
+            return 0.0
+        size = b * self.instance.model.seq_len * self.instance.model.hidden * BYTES_PER_VALUE
+        return (2 * (t - 1) / t * size / self.nvlink_bw
+                + 2 * (t - 1) * self.eff.collective_step_latency_s)
+
+    # -- one transformer layer, one micro-batch, per GPU of a t-way shard ------------------
+    @_cached
+    def attention_core_time(self, b: int, t: int) -> float:
+        """Forward of scores, softmax and attention-times-V: what selective recompute redoes."""
+        model = self.instance.model
+        s, d = model.seq_len, model.head_dim
+        heads = b * model.heads / t
+        scores = self.matmul_time(s, d, s, heads)
+        softmax = self.stream_time(heads * s * s * self.eff.softmax_bytes_per_score)
+        context = self.matmul_time(s, s, d, heads)
+        return scores + softmax + context
+
+    @_cached
+    def layer_forward_time(self, b: int, t: int) -> float:
+        """Forward of one layer incl. its two tensor-parallel all-reduces (SPEC 3)."""
+        model = self.instance.model
+        h, f = model.hidden, model.ffn
+        tokens = b * model.seq_len
+        mlp_in_width = (2 if model.gated_mlp else 1) * f
+        matmuls = (self.matmul_time(tokens, h, (h + 2 * model.kv_hidden) / t)  # QKV
+                   + self.matmul_time(tokens, h / t, h)  # attention output projection
+                   + self.matmul_time(tokens, h, mlp_in_width / t)  # MLP up (+ gate)
+                   + self.matmul_time(tokens, f / t, h))  # MLP down
+        elementwise = self.stream_time(tokens * (self.eff.elementwise_bytes_per_hidden * h
+                                                 + self.eff.elementwise_bytes_per_ffn * f) / t)
+        return (matmuls + self.attention_core_time(b, t) + elementwise
+                + 2 * self.tp_allreduce_time(b, t))
+
+    @_cached
+    def layer_backward_time(self, b: int, t: int, recompute: str) -> float:
+        """Backward (2x the forward work, two all-reduces) plus the recomputed forward part."""
+        forward_work = self.layer_forward_time(b, t) - 2 * self.tp_allreduce_time(b, t)
+        backward = 2 * forward_work + 2 * self.tp_allreduce_time(b, t)
+        if recompute == "full":
+            backward += self.layer_forward_time(b, t)
+        elif recompute == "selective":
+            backward += self.attention_core_time(b, t)
+        return backward
+
+    def layer_compute_time(self, b: int, t: int, recompute: str) -> float:
+        """c per layer: forward + backward of one micro-batch."""
+        return self.layer_forward_time(b, t) + self.layer_backward_time(b, t, recompute)
+
+    @_cached
+    def edge_times(self, b: int, t: int, first: bool, last: bool) -> tuple[float, float]:
+        """(forward, backward) of the embedding (first stage) and LM head + loss (last stage)."""
+        model = self.instance.model
+        tokens = b * model.seq_len
+        forward = backward = 0.0
+        if first:  # vocab-parallel lookup: stream the rows and all-reduce; backward scatters
+            lookup = self.stream_time(2 * tokens * model.hidden * BYTES_PER_VALUE / t)
+            forward += lookup + self.tp_allreduce_time(b, t)
+            backward += 2 * lookup
+        if last:  # logits GEMM, then softmax + cross-entropy and its gradient in fp32
+            logits = self.matmul_time(tokens, model.hidden, model.vocab / t)
+            loss = self.stream_time(tokens * model.vocab / t
+                                    * self.eff.cross_entropy_bytes_per_logit)
+            forward += logits + loss / 2
+            backward += 2 * logits + loss / 2 + self.tp_allreduce_time(b, t)
+        return forward, backward
+
+    def edge_compute_time(self, b: int, t: int, first: bool, last: bool) -> float:
+        """Forward + backward of the embedding and/or LM head carried by a stage."""
+        return sum(self.edge_times(b, t, first, last))
+
+    # -- FLOPs (for MFU and the Megatron calibration) --------------------------------------
+    def layer_forward_flops(self, b: int) -> float:
+        """Model FLOPs of one layer's forward; 24 b s h^2 + 4 b s^2 h for a GPT layer."""
+        model = self.instance.model
+        h, s = model.hidden, model.seq_len
+        tokens = b * s
+        mlp = (3 if model.gated_mlp else 2) * h * model.ffn
+        linear = 2 * tokens * (h * (h + 2 * model.kv_hidden) + h * h + mlp)
+        return linear + 4 * b * s * s * h
+
+    def head_forward_flops(self, b: int) -> float:
+        model = self.instance.model
+        return 2.0 * b * model.seq_len * model.hidden * model.vocab
+
+    def recompute_flops_per_layer(self, b: int, recompute: str) -> float:
+        if recompute == "full":
+            return self.layer_forward_flops(b)
+        if recompute == "selective":
+            return 4.0 * b * self.instance.model.seq_len ** 2 * self.instance.model.hidden
+        return 0.0
+
+    def model_flops_per_step(self) -> float:
+        """Useful FLOPs of one optimizer step: 3 x forward of every layer and the head."""
+        model = self.instance.model
+        per_sequence = model.layers * self.layer_forward_flops(1) + self.head_forward_flops(1)
+        return 3.0 * per_sequence * self.instance.training.global_batch
+
+    # -- memory (bytes per GPU) --------------------------------------------------------------
+    @_cached
+    def layer_activation_bytes(self, b: int, t: int, recompute: str) -> float:
+        """Activations one layer keeps per in-flight micro-batch (Korthikanti et al. 2022).
+
+        ``s b h (34/t + 5 a s/(h t))`` for a GPT layer without recompute, ``34 s b h / t``
+        with selective and ``2 s b h / t`` with full recompute. Generalised here to grouped
+        KV heads and gated MLPs; equal to the SPEC formulas for GPT shapes.
+        """
+        model = self.instance.model
+        s, h = model.seq_len, model.hidden
+        if recompute == "full":
+            return 2.0 * s * b * h / t
+        mlp = (6 if model.gated_mlp else 4) * model.ffn
+        per_token = 14 * h + 4 * model.kv_hidden + mlp
+        stored = s * b * per_token / t
+        if recompute == "none":
+            stored += 5.0 * model.heads * s * s * b / t
+        return stored
+
+    def recompute_workspace_bytes(self, b: int, t: int, recompute: str) -> float:
+        """Activations rebuilt during the backward of one layer (live only while it runs)."""
+        if recompute == "full":
+            return self.layer_activation_bytes(b, t, "none")
+        if recompute == "selective":
+            model = self.instance.model
+            return 5.0 * model.heads * model.seq_len ** 2 * b / t
+        return 0.0
+
+    def logits_bytes(self, b: int, t: int) -> float:
+        """bf16 logits and fp32 softmax of the last stage."""
+        model = self.instance.model
+        return 6.0 * b * model.seq_len * model.vocab / t
+
+    def state_bytes_per_param(self, t, dp):
+        """Model states per parameter per GPU: bf16 weights and grads (4 bytes) plus fp32
+        master, m and v (12 bytes), the latter divided by dp under ZeRO-1. Array-friendly."""
+        shards = dp if self.instance.training.zero_stage == 1 else 1
+        return (4.0 + 12.0 / shards) / t
+
+    def edge_params(self, first, last):
+        """Parameters of the embedding / LM head carried by a stage. Array-friendly."""
+        return first * self.embedding_params + last * self.head_params
+
+    def stage_memory_bytes(self, layers, in_flight, state_per_param, act_per_layer,
+                           workspace, logits, first, last):
+        """Per-GPU bytes of a stage: model states + in-flight activations + workspaces.
+
+        Affine in ``layers`` for a fixed position (``in_flight = min(m, position + 1)``).
+        Every argument may be a numpy array (batched path) or a float (MILP coefficients).
+        """
+        params = layers * self.layer_params + self.edge_params(first, last)
+        return (params * state_per_param + layers * act_per_layer * in_flight
+                + workspace + last * logits)
+
+    # -- communication between stages --------------------------------------------------------
+    def activation_bytes(self, b):
+        """A: bytes of one micro-batch's boundary activation (b s h bf16). Array-friendly."""
+        model = self.instance.model
+        return b * float(model.seq_len * model.hidden * BYTES_PER_VALUE)
+
+    def link_bandwidth(self, k_from, k_to):
+        """Bytes/s between two stages' domains (intra-domain per-GPU bandwidth if equal).
+        Array-friendly: ``k_from`` and ``k_to`` may be index arrays."""
+        intra = self.intra_bandwidth[k_from]
+        return np.where(k_from == k_to, intra, self.wan_bandwidth[k_from, k_to])
+
+    def link_latency(self, k_from, k_to):
+        """Seconds of one-way latency between two stages' domains. Array-friendly."""
+        return np.where(k_from == k_to, self.intra_latency[k_from], self.wan_latency[k_from, k_to])
+
+    def boundary_bytes(self, b, dp, same_domain):
+        """Bytes on the link per micro-batch and direction: over the WAN the dp replicas'
+        pipelines share one inter-domain link; inside a domain each replica has its own NICs."""
+        return self.activation_bytes(b) * np.where(same_domain, 1, dp)
+
+    def boundary_occupancy(self, k_from, k_to, b, dp):
+        """Seconds a link is busy per micro-batch and direction (a lower bound on P)."""
+        return self.boundary_bytes(b, dp, k_from == k_to) / self.link_bandwidth(k_from, k_to)
+
+    def boundary_delay(self, k_from, k_to, b, dp):
+        """delta = A / B + L for one micro-batch crossing between consecutive stages."""
+        return self.boundary_occupancy(k_from, k_to, b, dp) + self.link_latency(k_from, k_to)
+
+    def boundary_traffic_gb(self, k_from, k_to, b, dp, m):
+        """GB crossing a WAN boundary per step: activations forward, gradients backward."""
+        wan = k_from != k_to
+        return np.where(wan, 2.0 * m * self.boundary_bytes(b, dp, False) / GB, 0.0)
+
+    def boundary_cost(self, k_from, k_to, b, dp, m):
+        """USD per step for the boundary: 2 m r A p_ij (SPEC section 4). Array-friendly."""
+        return self.boundary_traffic_gb(k_from, k_to, b, dp, m) * self.price[k_from, k_to]
+
+    # -- data-parallel all-reduce and optimizer ---------------------------------------------
+    def allreduce_time(self, domain, params, t, dp):
+        """Ring all-reduce of a stage's bf16 gradients over its dp replicas inside a domain:
+        ``2 (r-1)/r * 2 params / t`` bytes plus ``2 (r-1)`` latency steps. The ring runs on
+        NVLink when all replicas fit in one node, else on min(domain, NIC) bandwidth.
+        Array-friendly."""
+        network = (np.minimum(self.intra_bandwidth[domain], self.instance.gpu.nic_gbps * GBIT)
+                   * self.eff.collective_efficiency)
+        bandwidth = np.where(dp * t <= self.instance.gpu.gpus_per_node, self.nvlink_bw, network)
+        volume = 2 * (dp - 1) / dp * BYTES_PER_VALUE * params / t
+        return volume / bandwidth + 2 * (dp - 1) * self.intra_latency[domain]
+
+    def optimizer_time(self, params, t, dp):
+        """Adam step on a GPU's shard (ZeRO-1 shards it over dp). Array-friendly."""
+        shards = dp if self.instance.training.zero_stage == 1 else 1
+        return params * self.eff.optimizer_bytes_per_param / (t * shards) / self.hbm_bw

@@ -1,0 +1,40 @@
+"""``python -m formulation.evaluate INSTANCE.json PLAN.json``: a plan's objectives as JSON.
+
+Add ``--robust`` to evaluate with every WAN link at its worst case (B (1 - eps), L x 1.5).
+Malformed input gives one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from formulation.evaluator import robust_instance
+from formulation.instance import Instance
+from formulation.plan import Plan
+from formulation.result import evaluate
+from formulation.schema import InputError, dumps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m formulation.evaluate",
+                                     description="Evaluate a training plan on an instance.")
+    parser.add_argument("instance", help="instance JSON file")
+    parser.add_argument("plan", help="plan JSON file")
+    parser.add_argument("--robust", action="store_true",
+                        help="evaluate at worst-case link bandwidth and latency")
+    args = parser.parse_args(argv)
+    try:
+        instance = Instance.load(args.instance)
+        plan = Plan.load(args.plan, instance)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.robust:
+        instance = robust_instance(instance)
+    sys.stdout.write(dumps(evaluate(instance, plan).to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

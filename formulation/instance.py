@@ -1,0 +1,370 @@
+"""The problem instance (SPEC section 1): GPUs, domains, WAN links, model, training, search space.
+
+Units used throughout: bandwidth in Gbit/s, latency in milliseconds, HBM in GB (1e9 bytes),
+HBM / NVLink bandwidth in GB/s, prices in USD per GB (traffic) and per GPU-hour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from formulation.schema import InputError, Reader, check_integer, check_matrix, read_json
+from formulation.trace import Trace
+
+INSTANCE_SCHEMA = "xdsched.instance/1"
+RECOMPUTE_MODES = ("none", "selective", "full")
+MIN_DOMAINS, MAX_DOMAINS = 1, 20  # generated scenarios use 5..20
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    peak_tflops: float  # dense bf16 tensor-core peak
+    hbm_gb: float
+    hbm_gbps: float  # HBM bandwidth, GB/s
+    nvlink_gbps: float  # per GPU, per direction, GB/s
+    gpus_per_node: int
+    nic_gbps: float  # inter-node network per GPU, Gbit/s
+
+    @staticmethod
+    def from_dict(r: Reader) -> GpuSpec:
+        spec = GpuSpec(
+            name=r.string("name"),
+            peak_tflops=r.number("peak_tflops", low=0, low_open=True),
+            hbm_gb=r.number("hbm_gb", low=0, low_open=True),
+            hbm_gbps=r.number("hbm_gbps", low=0, low_open=True),
+            nvlink_gbps=r.number("nvlink_gbps", low=0, low_open=True),
+            gpus_per_node=r.integer("gpus_per_node", low=1),
+            nic_gbps=r.number("nic_gbps", low=0, low_open=True),
+        )
+        r.finish()
+        return spec
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    gated_mlp: bool = True  # SwiGLU (three FFN matrices) vs GeLU (two)
+    tied_embeddings: bool = False
+
+    @property
+    def kv_hidden(self) -> int:
+        return self.hidden * self.kv_heads // self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one transformer layer (attention, MLP, two norms)."""
+        h = self.hidden
+        attention = h * (h + 2 * self.kv_hidden) + h * h
+        mlp = (3 if self.gated_mlp else 2) * h * self.ffn
+        return attention + mlp + 2 * h
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def total_params(self) -> int:
+        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.layers * self.layer_params + self.embedding_params + head + self.hidden
+
+    @staticmethod
+    def from_dict(r: Reader) -> ModelSpec:
+        spec = ModelSpec(
+            name=r.string("name"),
+            layers=r.integer("layers", low=1),
+            hidden=r.integer("hidden", low=1),
+            heads=r.integer("heads", low=1),
+            kv_heads=r.integer("kv_heads", low=1),
+            ffn=r.integer("ffn", low=1),
+            vocab=r.integer("vocab", low=1),
+            seq_len=r.integer("seq_len", low=1),
+            gated_mlp=r.boolean("gated_mlp", True),
+            tied_embeddings=r.boolean("tied_embeddings", False),
+        )
+        r.finish()
+        if spec.hidden % spec.heads:
+            raise InputError(f"{r.path}.hidden must be divisible by {r.path}.heads")
+        if spec.heads % spec.kv_heads:
+            raise InputError(f"{r.path}.heads must be divisible by {r.path}.kv_heads")
+        return spec
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    gpus: int  # installed GPUs n_k
+    free_gpus: int  # GPUs free now a_k (the rest is background load)
+    intra_bandwidth_gbps: float  # per-GPU bandwidth inside the domain, Gbit/s
+    intra_latency_ms: float
+    lat: float | None = None
+    lon: float | None = None
+
+    @staticmethod
+    def from_dict(value: Any, path: str) -> Domain:
+        r = Reader(value, path)
+        location = r.raw("location", None)
+        lat = lon = None
+        if location is not None:
+            if (not isinstance(location, list) or len(location) != 2
+                    or not all(isinstance(x, int | float) for x in location)):
+                raise InputError(f"{path}.location must be [latitude, longitude]")
+            lat, lon = float(location[0]), float(location[1])
+        domain = Domain(
+            name=r.string("name"),
+            gpus=r.integer("gpus", low=0),
+            free_gpus=r.integer("free_gpus", low=0),
+            intra_bandwidth_gbps=r.number("intra_bandwidth_gbps", low=0, low_open=True),
+            intra_latency_ms=r.number("intra_latency_ms", low=0),
+            lat=lat,
+            lon=lon,
+        )
+        r.finish()
+        if domain.free_gpus > domain.gpus:
+            raise InputError(f"{path}.free_gpus must be <= {path}.gpus ({domain.gpus}), "
+                             f"got {domain.free_gpus}")
+        return domain
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name, "gpus": self.gpus, "free_gpus": self.free_gpus,
+            "intra_bandwidth_gbps": self.intra_bandwidth_gbps,
+            "intra_latency_ms": self.intra_latency_ms,
+        }
+        if self.lat is not None:
+            out["location"] = [self.lat, self.lon]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Links:
+    """K x K inter-domain matrices; the diagonal is unused (intra-domain values live on Domain)."""
+
+    bandwidth_gbps: np.ndarray
+    latency_ms: np.ndarray
+    price_per_gb: np.ndarray
+    eps: float = 0.3  # bandwidth fluctuation bound: B(t) = B (1 + e), |e| <= eps
+
+    @staticmethod
+    def from_dict(r: Reader, size: int) -> Links:
+        def matrix(key: str, positive: bool) -> np.ndarray:
+            return np.array(check_matrix(r.raw(key), f"{r.path}.{key}", size,
+                                         positive_off_diagonal=positive))
+
+        links = Links(
+            bandwidth_gbps=matrix("bandwidth_gbps", True),
+            latency_ms=matrix("latency_ms", False),
+            price_per_gb=matrix("price_per_gb", False),
+            eps=r.number("eps", 0.3, low=0, high=0.95),
+        )
+        r.finish()
+        return links
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bandwidth_gbps": self.bandwidth_gbps.tolist(),
+                "latency_ms": self.latency_ms.tolist(),
+                "price_per_gb": self.price_per_gb.tolist(), "eps": self.eps}
+
+
+@dataclass(frozen=True)
+class Training:
+    global_batch: int  # sequences per optimizer step (G)
+    steps: int = 10_000  # optimizer steps of the whole run
+    precision: str = "bf16"
+    optimizer: str = "adam"  # mixed-precision Adam: 16 bytes of model state per parameter
+    zero_stage: int = 1  # 0: replicate optimizer states; 1: shard them over dp (ZeRO-1)
+    memory_margin: float = 0.1  # share of HBM kept free as safety margin
+    gpu_hour_usd: float = 2.0  # price of one GPU-hour, for the whole-run cost
+
+    @staticmethod
+    def from_dict(r: Reader) -> Training:
+        training = Training(
+            global_batch=r.integer("global_batch", low=1),
+            steps=r.integer("steps", 10_000, low=1),
+            precision=r.string("precision", "bf16", choices=("bf16", "fp16")),
+            optimizer=r.string("optimizer", "adam", choices=("adam",)),
+            zero_stage=r.integer("zero_stage", 1, low=0, high=1),
+            memory_margin=r.number("memory_margin", 0.1, low=0, high=0.9),
+            gpu_hour_usd=r.number("gpu_hour_usd", 2.0, low=0),
+        )
+        r.finish()
+        return training
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    dp: tuple[int, ...] = (1, 2, 4, 8)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    micro_batch: tuple[int, ...] = (1, 2, 4)
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    max_stages: int = 8
+
+    @staticmethod
+    def from_dict(r: Reader) -> SearchSpace:
+        def positive_ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+            values = r.items(key, lambda v, p: check_integer(v, p, low=1), list(default),
+                             min_len=1)
+            return tuple(sorted(set(values)))
+
+        def mode(value: Any, path: str) -> str:
+            if value not in RECOMPUTE_MODES:
+                raise InputError(f"{path} must be one of {list(RECOMPUTE_MODES)}, got {value!r}")
+            return value
+
+        space = SearchSpace(
+            dp=positive_ints("dp", SearchSpace.dp),
+            tp=positive_ints("tp", SearchSpace.tp),
+            micro_batch=positive_ints("micro_batch", SearchSpace.micro_batch),
+            recompute=tuple(r.items("recompute", mode, list(RECOMPUTE_MODES), min_len=1)),
+            max_stages=r.integer("max_stages", 8, low=1),
+        )
+        r.finish()
+        return space
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Optional soft constraints (SPEC section 5)."""
+
+    wan_share_cap: float | None = None  # a plan may occupy at most this share of any WAN link
+    cost_budget: float | None = None  # upper bound on comm_cost (USD per step)
+
+    @staticmethod
+    def from_dict(r: Reader) -> Constraints:
+        cap = r.raw("wan_share_cap", None)
+        budget = r.raw("cost_budget", None)
+        out = Constraints(
+            wan_share_cap=None if cap is None else r.number("wan_share_cap", low=0, high=1,
+                                                            low_open=True),
+            cost_budget=None if budget is None else r.number("cost_budget", low=0),
+        )
+        r.finish()
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    name: str
+    gpu: GpuSpec
+    domains: tuple[Domain, ...]
+    links: Links
+    model: ModelSpec
+    training: Training
+    search: SearchSpace = field(default_factory=SearchSpace)
+    constraints: Constraints = field(default_factory=Constraints)
+    trace: Trace | None = None
+    description: str = ""
+
+    @property
+    def num_domains(self) -> int:
+        return len(self.domains)
+
+    def domain_index(self, name: str) -> int | None:
+        for k, domain in enumerate(self.domains):
+            if domain.name == name:
+                return k
+        return None
+
+    def replace(self, **changes: Any) -> Instance:
+        return dataclasses.replace(self, **changes)
+
+    def with_link_state(self, bandwidth_gbps: np.ndarray | None = None,
+                        latency_ms: np.ndarray | None = None,
+                        free_gpus: np.ndarray | None = None) -> Instance:
+        """The same instance observed in another network / load state (current B, L, a_k)."""
+        links = dataclasses.replace(
+            self.links,
+            bandwidth_gbps=self.links.bandwidth_gbps if bandwidth_gbps is None
+            else np.asarray(bandwidth_gbps, dtype=float),
+            latency_ms=self.links.latency_ms if latency_ms is None
+            else np.asarray(latency_ms, dtype=float))
+        domains = self.domains
+        if free_gpus is not None:
+            domains = tuple(dataclasses.replace(d, free_gpus=int(min(d.gpus, max(0, a))))
+                            for d, a in zip(self.domains, free_gpus, strict=True))
+        return dataclasses.replace(self, links=links, domains=domains)
+
+    # -- JSON -----------------------------------------------------------------------------
+    @staticmethod
+    def from_dict(document: Any) -> Instance:
+        r = Reader(document, "")
+        schema = r.string("schema")
+        if schema != INSTANCE_SCHEMA:
+            raise InputError(f"schema must be {INSTANCE_SCHEMA!r}, got {schema!r}")
+        domains = tuple(r.items("domains", Domain.from_dict, min_len=MIN_DOMAINS))
+        if len(domains) > MAX_DOMAINS:
+            raise InputError(f"domains must have at most {MAX_DOMAINS} entries, "
+                             f"got {len(domains)}")
+        names = [d.name for d in domains]
+        for k, name in enumerate(names):
+            if names.index(name) != k:
+                raise InputError(f"domains[{k}].name {name!r} is used twice")
+        gpu = GpuSpec.from_dict(r.child("gpu"))
+        search = SearchSpace.from_dict(r.child("search")) if r.has("search") else SearchSpace()
+        constraints = (Constraints.from_dict(r.child("constraints"))
+                       if r.has("constraints") else Constraints())
+        trace = None
+        if r.raw("trace", None) is not None:
+            trace = Trace.from_dict(r.child("trace"), len(domains))
+        instance = Instance(
+            name=r.string("name"),
+            description=r.string("description", ""),
+            gpu=gpu,
+            domains=domains,
+            links=Links.from_dict(r.child("links"), len(domains)),
+            model=ModelSpec.from_dict(r.child("model")),
+            training=Training.from_dict(r.child("training")),
+            search=search,
+            constraints=constraints,
+            trace=trace,
+        )
+        r.finish()
+        return instance
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": INSTANCE_SCHEMA,
+            "name": self.name,
+            "description": self.description,
+            "gpu": dataclasses.asdict(self.gpu),
+            "model": dataclasses.asdict(self.model),
+            "training": dataclasses.asdict(self.training),
+            "search": {**dataclasses.asdict(self.search)},
+            "constraints": dataclasses.asdict(self.constraints),
+            "domains": [d.to_dict() for d in self.domains],
+            "links": self.links.to_dict(),
+        }
+        out["search"] = {k: list(v) if isinstance(v, tuple) else v
+                         for k, v in out["search"].items()}
+        if self.trace is not None:
+            out["trace"] = self.trace.to_dict()
+        return out
+
+    @staticmethod
+    def load(path: str | Path) -> Instance:
+        document = read_json(path, "instance")
+        try:
+            return Instance.from_dict(document)
+        except InputError as err:
+            raise InputError(f"instance {str(path)!r}: {err}") from None
+
+    def save(self, path: str | Path) -> None:
+        from formulation.schema import write_json_atomic
+
+        write_json_atomic(path, self.to_dict())

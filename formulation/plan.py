@@ -1,0 +1,108 @@
+"""The training plan (SPEC section 2): dp degree, micro-batch and an ordered list of stages.
+
+Stages are listed from the first pipeline stage (embedding) to the last (LM head). Each stage
+names its domain, its number of layers (the cut points are the running sums), its
+tensor-parallel degree and its recompute mode. Stage ``j`` occupies ``dp * tp_j`` GPUs of its
+domain: all dp replicas of a stage sit in the same domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from formulation.instance import RECOMPUTE_MODES, Instance
+from formulation.schema import InputError, Reader, read_json, write_json_atomic
+
+PLAN_SCHEMA = "xdsched.plan/1"
+
+
+@dataclass(frozen=True)
+class Stage:
+    domain: int
+    layers: int
+    tp: int = 1
+    recompute: str = "none"
+
+
+@dataclass(frozen=True)
+class Plan:
+    dp: int
+    micro_batch: int
+    stages: tuple[Stage, ...]
+    schedule: str = "1f1b"
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def cuts(self) -> list[int]:
+        """Cut points c_1 < ... < c_{S-1}: the first layer index of stages 2..S."""
+        out, total = [], 0
+        for stage in self.stages[:-1]:
+            total += stage.layers
+            out.append(total)
+        return out
+
+    def gpus(self) -> int:
+        return sum(self.dp * s.tp for s in self.stages)
+
+    def domains_used(self) -> list[int]:
+        return sorted({s.domain for s in self.stages})
+
+    # -- JSON -----------------------------------------------------------------------------
+    @staticmethod
+    def from_dict(document: Any, instance: Instance | None = None) -> Plan:
+        """Read a plan; with an instance, domain names are resolved and indices checked."""
+        r = Reader(document, "")
+        schema = r.string("schema", PLAN_SCHEMA)
+        if schema != PLAN_SCHEMA:
+            raise InputError(f"schema must be {PLAN_SCHEMA!r}, got {schema!r}")
+
+        def stage(value: Any, path: str) -> Stage:
+            sr = Reader(value, path)
+            domain = sr.raw("domain")
+            if isinstance(domain, str):
+                index = instance.domain_index(domain) if instance is not None else None
+                if index is None:
+                    raise InputError(f"{path}.domain {domain!r} is not a domain of the instance")
+                domain = index
+            elif isinstance(domain, bool) or not isinstance(domain, int):
+                raise InputError(f"{path}.domain must be a domain name or index")
+            elif domain < 0 or (instance is not None and domain >= instance.num_domains):
+                limit = "" if instance is None else f" (the instance has {instance.num_domains})"
+                raise InputError(f"{path}.domain {domain} is not a domain of the instance{limit}")
+            out = Stage(domain=domain, layers=sr.integer("layers", low=1),
+                        tp=sr.integer("tp", 1, low=1),
+                        recompute=sr.string("recompute", "none", choices=RECOMPUTE_MODES))
+            sr.finish()
+            return out
+
+        plan = Plan(dp=r.integer("dp", low=1), micro_batch=r.integer("micro_batch", low=1),
+                    schedule=r.string("schedule", "1f1b", choices=("1f1b",)),
+                    stages=tuple(r.items("stages", stage, min_len=1)))
+        r.finish()
+        return plan
+
+    def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
+        """JSON form; with an instance, domains are written by name (easier to read)."""
+        def domain(k: int) -> int | str:
+            return instance.domains[k].name if instance is not None else k
+
+        return {"schema": PLAN_SCHEMA, "dp": self.dp, "micro_batch": self.micro_batch,
+                "schedule": self.schedule,
+                "stages": [{"domain": domain(s.domain), "layers": s.layers, "tp": s.tp,
+                            "recompute": s.recompute} for s in self.stages]}
+
+    @staticmethod
+    def load(path: str | Path, instance: Instance | None = None) -> Plan:
+        document = read_json(path, "plan")
+        try:
+            return Plan.from_dict(document, instance)
+        except InputError as err:
+            raise InputError(f"plan {str(path)!r}: {err}") from None
+
+    def save(self, path: str | Path, instance: Instance | None = None) -> None:
+        write_json_atomic(path, self.to_dict(instance))

@@ -1,0 +1,202 @@
+"""Strict JSON reading: every error names the offending field by its path.
+
+The instance and plan loaders read plain dicts through these helpers, so that a bad
+document fails with one line such as ``links.bandwidth_gbps[3][7] must be > 0`` and never
+with a traceback from deep inside the evaluator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+class InputError(ValueError):
+    """A document (instance, plan, trace) is malformed; the message names the field."""
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Parse a JSON file, turning I/O and syntax errors into :class:`InputError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"{what} file {str(path)!r}: {err.strerror or err}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(
+            f"{what} file {str(path)!r} is not valid JSON (line {err.lineno}: {err.msg})"
+        ) from None
+
+
+_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+
+
+def dumps(document: Any) -> str:
+    """Indented JSON with lists of numbers kept on one line (matrices stay readable)."""
+    text = json.dumps(document, indent=1, allow_nan=False)
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(","))
+                            + "]", text) + "\n"
+
+
+def write_json_atomic(path: str | Path, document: Any) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it, so no partial file remains."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual open() mode
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(dumps(document))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; it is restored at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class Reader:
+    """Reads one JSON object, remembering which keys were consumed.
+
+    ``finish()`` rejects any key that was not read, so unknown fields never pass silently.
+    """
+
+    def __init__(self, value: Any, path: str):
+        if not isinstance(value, Mapping):
+            raise InputError(f"{path or 'document'} must be an object, got {_kind(value)}")
+        self.value = value
+        self.path = path
+        self.seen: set[str] = set()
+
+    def _field(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.value
+
+    def raw(self, key: str, default: Any = ...) -> Any:
+        self.seen.add(key)
+        if key not in self.value:
+            if default is ...:
+                raise InputError(f"{self._field(key)} is missing")
+            return default
+        return self.value[key]
+
+    def child(self, key: str) -> Reader:
+        return Reader(self.raw(key), self._field(key))
+
+    def string(self, key: str, default: Any = ..., choices: tuple[str, ...] | None = None) -> str:
+        value = self.raw(key, default)
+        if value is default and default is not ...:
+            return value
+        if not isinstance(value, str):
+            raise InputError(f"{self._field(key)} must be a string, got {_kind(value)}")
+        if choices is not None and value not in choices:
+            raise InputError(f"{self._field(key)} must be one of {list(choices)}, got {value!r}")
+        return value
+
+    def number(self, key: str, default: Any = ..., *, low: float | None = None,
+               high: float | None = None, low_open: bool = False) -> float:
+        value = self.raw(key, default)
+        if value is default and default is not ...:
+            return value
+        return check_number(value, self._field(key), low=low, high=high, low_open=low_open)
+
+    def integer(self, key: str, default: Any = ..., *, low: int | None = None,
+                high: int | None = None) -> int:
+        value = self.raw(key, default)
+        if value is default and default is not ...:
+            return value
+        return check_integer(value, self._field(key), low=low, high=high)
+
+    def boolean(self, key: str, default: Any = ...) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise InputError(f"{self._field(key)} must be true or false, got {_kind(value)}")
+        return value
+
+    def items(self, key: str, check: Callable[[Any, str], Any], default: Any = ...,
+              min_len: int = 0) -> list[Any]:
+        value = self.raw(key, default)
+        if value is default and default is not ...:
+            return value
+        field = self._field(key)
+        if not isinstance(value, list):
+            raise InputError(f"{field} must be a list, got {_kind(value)}")
+        if len(value) < min_len:
+            raise InputError(f"{field} must have at least {min_len} entries, got {len(value)}")
+        return [check(item, f"{field}[{i}]") for i, item in enumerate(value)]
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.value) - self.seen)
+        if unknown:
+            raise InputError(f"{self._field(unknown[0])} is not a known field")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def check_number(value: Any, field: str, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{field} must be a number, got {_kind(value)}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InputError(f"{field} must be finite")
+    if low is not None and (value <= low if low_open else value < low):
+        raise InputError(f"{field} must be {'>' if low_open else '>='} {low:g}, got {value:g}")
+    if high is not None and value > high:
+        raise InputError(f"{field} must be <= {high:g}, got {value:g}")
+    return value
+
+
+def check_integer(value: Any, field: str, *, low: int | None = None,
+                  high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InputError(f"{field} must be an integer, got {_kind(value)}")
+    if low is not None and value < low:
+        raise InputError(f"{field} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise InputError(f"{field} must be <= {high}, got {value}")
+    return value
+
+
+def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bool,
+                 non_negative: bool = True) -> list[list[float]]:
+    """A ``size`` x ``size`` matrix of finite numbers; the diagonal is not constrained."""
+    if not isinstance(value, list) or len(value) != size:
+        raise InputError(f"{field} must be a {size} x {size} matrix (list of {size} rows)")
+    rows = []
+    for i, row in enumerate(value):
+        if not isinstance(row, list) or len(row) != size:
+            raise InputError(f"{field}[{i}] must be a list of {size} numbers")
+        out = []
+        for j, item in enumerate(row):
+            cell = check_number(item, f"{field}[{i}][{j}]")
+            if i != j and positive_off_diagonal and cell <= 0:
+                raise InputError(f"{field}[{i}][{j}] must be > 0, got {cell:g}")
+            if non_negative and cell < 0:
+                raise InputError(f"{field}[{i}][{j}] must be >= 0, got {cell:g}")
+            out.append(cell)
+        rows.append(out)
+    return rows

@@ -1,0 +1,172 @@
+"""Seeded scenario generator: ``python -m instances.generate --domains K --model M --seed S``.
+
+One seed fixes the whole instance, byte for byte. The seed's generator is split into
+independent children (sites, links, domains, trace), so switching the trace on, or changing how
+one part is drawn, leaves the other parts of the instance unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from formulation.instance import Domain, GpuSpec, Instance, Links, SearchSpace, Training
+from formulation.presets import gpu_preset, model_preset
+from formulation.schema import InputError
+from instances.topologies import TOPOLOGIES, Network
+from instances.traces import generate_trace
+
+MIN_DOMAINS, MAX_DOMAINS = 5, 20  # SPEC section 1
+DEFAULT_GPU = "A100-80GB"
+INTRA_BANDWIDTH_GBPS = (100.0, 200.0, 400.0)  # SPEC section 1: 100-400 Gbit/s inside a domain
+INTRA_LATENCY_MS = (0.005, 0.5)  # SPEC section 1: < 1 ms inside a domain
+LONG_SEQUENCE = 4096  # from this sequence length on, the default global batch is halved
+GLOBAL_BATCH_SHORT, GLOBAL_BATCH_LONG = 1024, 512  # sequences per step
+
+T = TypeVar("T")
+
+
+def _check_arguments(domains: int, topology: str, seed: int, gpu_range: tuple[int, int],
+                     free_share_range: tuple[float, float]) -> None:
+    if not MIN_DOMAINS <= domains <= MAX_DOMAINS:
+        raise InputError(f"--domains must be between {MIN_DOMAINS} and {MAX_DOMAINS}, "
+                         f"got {domains}")
+    if topology not in TOPOLOGIES:
+        raise InputError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
+    limit = TOPOLOGIES[topology].max_domains
+    if domains > limit:
+        raise InputError(f"{topology} has {limit} regions; --domains must be "
+                         f"{MIN_DOMAINS}..{limit} for this topology")
+    if seed < 0:
+        raise InputError(f"--seed must be >= 0, got {seed}")
+    if not 1 <= gpu_range[0] <= gpu_range[1]:
+        raise InputError(f"gpu_range must satisfy 1 <= low <= high, got {gpu_range}")
+    if not 0 < free_share_range[0] <= free_share_range[1] <= 1:
+        raise InputError(f"free_share_range must satisfy 0 < low <= high <= 1, "
+                         f"got {free_share_range}")
+
+
+def _preset(lookup: Callable[[str], T], name: str) -> T:
+    """A preset by name; the presets' KeyError becomes the InputError the CLI reports."""
+    try:
+        return lookup(name)
+    except KeyError as err:
+        raise InputError(err.args[0]) from None
+
+
+def make_domains(rng: np.random.Generator, network: Network, gpu: GpuSpec,
+                 gpu_range: tuple[int, int],
+                 free_share_range: tuple[float, float]) -> tuple[Domain, ...]:
+    """Domain sizes log-uniform in ``gpu_range`` in whole nodes; a random share of them free."""
+    node = gpu.gpus_per_node
+    k = len(network.names)
+    low = max(node, -(-gpu_range[0] // node) * node)  # smallest whole-node size in range
+    high = max(low, gpu_range[1] // node * node)
+    size = np.exp(rng.uniform(np.log(gpu_range[0]), np.log(gpu_range[1]), size=k))
+    gpus = np.clip(np.round(size / node) * node, low, high).astype(int)
+    free = np.round(gpus * rng.uniform(*free_share_range, size=k)) // node * node
+    free = np.clip(free, node, gpus).astype(int)
+    intra_bw = rng.choice(INTRA_BANDWIDTH_GBPS, size=k)
+    intra_lat = np.round(rng.uniform(*INTRA_LATENCY_MS, size=k), 3)
+    return tuple(
+        Domain(name=network.names[i], gpus=int(gpus[i]), free_gpus=int(free[i]),
+               intra_bandwidth_gbps=float(intra_bw[i]), intra_latency_ms=float(intra_lat[i]),
+               lat=float(network.lat[i]), lon=float(network.lon[i]))
+        for i in range(k))
+
+
+def default_global_batch(seq_len: int) -> int:
+    """Sequences per step: ~2-4M tokens, the usual pre-training batch of the preset models."""
+    return GLOBAL_BATCH_LONG if seq_len >= LONG_SEQUENCE else GLOBAL_BATCH_SHORT
+
+
+def generate_instance(domains: int, model: str, seed: int, topology: str = "random",
+                      trace: bool = False, *, gpu: str = DEFAULT_GPU,
+                      global_batch: int | None = None, gpu_range: tuple[int, int] = (16, 1024),
+                      free_share_range: tuple[float, float] = (0.1, 0.6),
+                      search: SearchSpace | None = None, trace_length: int = 48,
+                      trace_interval_s: float = 300.0, eps: float = 0.3) -> Instance:
+    """Build the instance for these arguments; the same arguments always give the same one.
+
+    The result is re-read from its own JSON form, so it equals what ``Instance.load`` returns
+    for the saved file (and every field has passed the loader's validation).
+    """
+    _check_arguments(domains, topology, seed, gpu_range, free_share_range)
+    model_spec = _preset(model_preset, model)
+    gpu_spec = _preset(gpu_preset, gpu)
+    if global_batch is not None and global_batch < 1:
+        raise InputError(f"--global-batch must be >= 1, got {global_batch}")
+    if not 0 <= eps <= 0.95:
+        raise InputError(f"eps must be in [0, 0.95], got {eps}")
+
+    sites_rng, links_rng, domains_rng, trace_rng = np.random.default_rng(seed).spawn(4)
+    shape = TOPOLOGIES[topology]
+    network = shape.build(domains, sites_rng, links_rng)
+    links = Links(bandwidth_gbps=network.bandwidth_gbps, latency_ms=network.latency_ms,
+                  price_per_gb=network.price_per_gb, eps=float(eps))
+    dynamics = (generate_trace(trace_rng, links.bandwidth_gbps, domains, trace_length,
+                               trace_interval_s, eps) if trace else None)
+
+    name = f"{topology}-k{domains}-{model_spec.name}-s{seed}"
+    if gpu_spec.name != DEFAULT_GPU:
+        name += f"-{gpu_spec.name.lower()}"
+    description = (f"{shape.summary}. Generated by instances.generate with seed {seed}: "
+                   f"{domains} domains of {gpu_spec.name}, sizes log-uniform in {gpu_range[0]}"
+                   f"-{gpu_range[1]} GPUs, free share {free_share_range[0]:g}"
+                   f"-{free_share_range[1]:g}")
+    if dynamics is not None:
+        description += (f"; trace of {trace_length} intervals of {trace_interval_s:g} s "
+                        f"(bandwidth within +-{eps:g}, latency spikes, load swings, failures)")
+    instance = Instance(
+        name=name, description=description + ".", gpu=gpu_spec,
+        domains=make_domains(domains_rng, network, gpu_spec, gpu_range, free_share_range),
+        links=links, model=model_spec,
+        training=Training(global_batch=global_batch or default_global_batch(model_spec.seq_len),
+                          steps=10_000, zero_stage=1),
+        search=search or SearchSpace(), trace=dynamics)
+    return Instance.from_dict(instance.to_dict())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m instances.generate",
+        description="Generate a seeded cross-domain training scenario (instance JSON).")
+    parser.add_argument("--domains", type=int, required=True, help="number of domains K (5..20)")
+    parser.add_argument("--model", required=True, help="model preset or alias, e.g. 7b, 70b")
+    parser.add_argument("--seed", type=int, required=True, help="random seed (>= 0)")
+    parser.add_argument("--out", type=Path, required=True, help="instance JSON file to write")
+    parser.add_argument("--topology", default="random", choices=list(TOPOLOGIES))
+    parser.add_argument("--trace", action="store_true", help="add a dynamic trace (SPEC 6)")
+    parser.add_argument("--gpu", default=DEFAULT_GPU, help="GPU preset (default %(default)s)")
+    parser.add_argument("--global-batch", type=int, default=None,
+                        help="sequences per step (default 512 if seq_len >= 4096, else 1024)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 for any bad argument, no traceback)."""
+    args = _parser().parse_args(argv)
+    try:
+        instance = generate_instance(args.domains, args.model, args.seed, args.topology,
+                                     args.trace, gpu=args.gpu, global_batch=args.global_batch)
+        instance.save(args.out)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: cannot write {str(args.out)!r}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    free = sum(d.free_gpus for d in instance.domains)
+    total = sum(d.gpus for d in instance.domains)
+    print(f"{instance.name}: K={instance.num_domains}, {free} free GPUs of {total}, "
+          f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
