@@ -74,6 +74,8 @@ class CostModel:
         self.instance = instance
         self.eff = efficiency
         self._cache: dict[tuple, object] = {}
+        self.domain_names = [d.name for d in instance.domains]
+        self.free_gpus_total = max(1, sum(d.free_gpus for d in instance.domains))
         gpu, model = instance.gpu, instance.model
         self.peak = gpu.peak_tflops * 1e12
         self.hbm_bw = gpu.hbm_gbps * GB * efficiency.hbm_efficiency
@@ -194,6 +196,7 @@ class CostModel:
         model = self.instance.model
         return 2.0 * b * model.seq_len * model.hidden * model.vocab
 
+    @_cached
     def recompute_flops_per_layer(self, b: int, recompute: str) -> float:
         if recompute == "full":
             return self.layer_forward_flops(b)
@@ -201,6 +204,7 @@ class CostModel:
             return 4.0 * b * self.instance.model.seq_len ** 2 * self.instance.model.hidden
         return 0.0
 
+    @_cached
     def model_flops_per_step(self) -> float:
         """Useful FLOPs of one optimizer step: 3 x forward of every layer and the head."""
         model = self.instance.model
@@ -311,6 +315,31 @@ class CostModel:
         bandwidth = np.where(dp * t <= self.instance.gpu.gpus_per_node, self.nvlink_bw, network)
         volume = 2 * (dp - 1) / dp * BYTES_PER_VALUE * params / t
         return volume / bandwidth + 2 * (dp - 1) * self.intra_latency[domain]
+
+    # -- scalar, memoised forms for the single-plan evaluator -----------------------------
+    @_cached
+    def stage_terms(self, b: int, t: int, recompute: str, dp: int, first: bool,
+                    last: bool) -> tuple[float, ...]:
+        """Per-stage coefficients, gathered in one memoised call for the hot loop:
+        (compute per layer, edge compute, state bytes per parameter, activation bytes per
+        layer, recompute workspace, logits bytes, edge parameters, recompute FLOPs per layer
+        and sequence)."""
+        return (self.layer_compute_time(b, t, recompute), self.edge_compute_time(b, t, first, last),
+                self.state_bytes_per_param(t, dp), self.layer_activation_bytes(b, t, recompute),
+                self.recompute_workspace_bytes(b, t, recompute), self.logits_bytes(b, t),
+                self.edge_params(first, last), self.recompute_flops_per_layer(1, recompute))
+
+    @_cached
+    def boundary_terms(self, k_from: int, k_to: int, b: int, dp: int) -> tuple[float, ...]:
+        """(occupancy, delay, WAN GB per micro-batch round trip, price per GB) of a boundary."""
+        return (float(self.boundary_occupancy(k_from, k_to, b, dp)),
+                float(self.boundary_delay(k_from, k_to, b, dp)),
+                float(self.boundary_traffic_gb(k_from, k_to, b, dp, 1.0)),
+                float(self.price[k_from, k_to]) if k_from != k_to else 0.0)
+
+    @_cached
+    def allreduce_seconds(self, domain: int, params: int, t: int, dp: int) -> float:
+        return float(self.allreduce_time(domain, params, t, dp))
 
     def optimizer_time(self, params, t, dp):
         """Adam step on a GPU's shard (ZeRO-1 shards it over dp). Array-friendly."""
