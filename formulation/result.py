@@ -63,14 +63,15 @@ class Evaluation:
 
 def latency_bound(compute_from_end: list[float], delay_from_end: list[float]) -> float:
     """Scalar form of :func:`formulation.evaluator.latency_bound` (same indexing)."""
-    # round_trip[j] - round_trip[k] - 2 delay[k] + compute[k] is the window k..j.
+    # round_trip[j] - round_trip[k] + compute[k] is the window k..j (its links are
+    # delay[k+1..j]; delay[k] joins k to k-1, outside the window).
     round_trip, total = [], 0.0
     for c, d in zip(compute_from_end, delay_from_end, strict=True):
         total += c + 2 * d
         round_trip.append(total)
     best, count = 0.0, len(round_trip)
     for k in range(count):
-        base = round_trip[k] - compute_from_end[k] - 2 * delay_from_end[k]
+        base = round_trip[k] - compute_from_end[k]
         for j in range(k, count):
             value = (round_trip[j] - base) / (j - k + 1)
             if value > best:

@@ -87,6 +87,36 @@ def feasible_sample(instance: Instance, count: int, seed: int,
     return out
 
 
+def chain_plans(instance: Instance) -> list[Plan]:
+    """Simple cross-domain chains: the n domains with most free GPUs (n = 2 .. max stages),
+    ordered greedily along the widest links, one stage per domain with the largest tp that
+    fits dp replicas, layers split by the GPUs of each stage, one recompute mode for all."""
+    search, batch = instance.search, instance.training.global_batch
+    free = np.array([d.free_gpus for d in instance.domains])
+    bandwidth = instance.links.bandwidth_gbps
+    by_free = list(np.argsort(-free, kind="stable"))
+    plans = []
+    for dp in search.dp:
+        tps = {k: [t for t in search.tp if t <= instance.gpu.gpus_per_node
+                   and dp * t <= free[k]] for k in by_free}
+        usable = [k for k in by_free if tps[k]]
+        for n in range(2, min(len(usable), search.max_stages, instance.model.layers) + 1):
+            chosen, chain = set(usable[:n]), [usable[0]]
+            while len(chain) < n:  # next: the widest link from the chain's end
+                rest = [k for k in chosen if k not in chain]
+                chain.append(max(rest, key=lambda k: bandwidth[chain[-1], k]))
+            tp = [max(tps[k]) for k in chain]
+            layers = split_layers(instance.model.layers, np.array(tp, dtype=float))
+            for micro_batch in search.micro_batch:
+                if batch % (dp * micro_batch):
+                    continue
+                for recompute in search.recompute:
+                    plans.append(Plan(dp=int(dp), micro_batch=int(micro_batch), stages=tuple(
+                        Stage(domain=int(k), layers=n_layers, tp=int(t), recompute=recompute)
+                        for k, t, n_layers in zip(chain, tp, layers, strict=True))))
+    return plans
+
+
 def single_domain_plans(instance: Instance, domain: int) -> list[Plan]:
     """Every uniform plan inside one domain: each (dp, micro-batch, tp, recompute, stage
     count) with layers split evenly. The best of them is the one-domain reference."""

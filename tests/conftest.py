@@ -18,8 +18,6 @@ from formulation.presets import GPUS, MODELS
 from instances.generate import generate_instance
 from instances.sample import feasible_sample
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="session")
 def hand_instance() -> Instance:

@@ -128,30 +128,66 @@ def test_round_trip_over_an_inner_slow_link_binds(hand_instance: Instance) -> No
 
 
 # -- single vs batch -------------------------------------------------------------------------
-def test_evaluate_agrees_with_the_batch(generated: Instance, sample_plans: list[Plan]) -> None:
-    batch = evaluate_plans(generated, sample_plans)
-    for i, plan in enumerate(sample_plans):
-        single = evaluate(generated, plan)
-        assert single.step_time_s == pytest.approx(batch.step_time_s[i], rel=1e-12)
-        assert single.gpus == batch.gpus[i] == plan.gpus()
-        assert single.comm_cost == pytest.approx(batch.comm_cost[i], rel=1e-12)
-        assert single.feasible and batch.feasible[i] and single.violations == []
-        assert single.derived["mfu"] == pytest.approx(batch.mfu[i], rel=1e-12)
-        memory = [s["memory_gb"] * 1e9 for s in single.stages]
-        np.testing.assert_allclose(memory, batch.stage_memory_bytes[i, :plan.num_stages],
-                                   rtol=1e-12)
-
-
-def test_batch_of_200_equals_one_by_one(generated: Instance) -> None:
+@pytest.fixture(scope="module")
+def random_plans(generated: Instance) -> list[Plan]:
+    """200 random plans of the search space, feasible or not, of 1 to 8 stages."""
     rng = np.random.default_rng(7)
     plans: list[Plan] = []
     while len(plans) < 200:
         plan = random_plan(generated, rng)
         if plan is not None:
             plans.append(plan)
-    batch = evaluate_batch(generated, PlanBatch.from_plans(plans))
-    assert 0 < batch.feasible.sum() < 200  # a mix of feasible and infeasible plans
+    return plans
+
+
+def assert_single_matches_batch(instance: Instance, plans: list[Plan]) -> None:
+    """``evaluate`` (scalar path) against row i of ``evaluate_batch``: every reported number."""
+    batch = evaluate_plans(instance, plans)
+    close = {"rel": 1e-12, "abs": 1e-300}
     for i, plan in enumerate(plans):
+        single, n = evaluate(instance, plan), plan.num_stages
+        assert single.gpus == batch.gpus[i] == plan.gpus()
+        assert single.feasible is bool(batch.feasible[i])
+        assert kinds(single.violations) == {VIOLATIONS[v]
+                                            for v in np.flatnonzero(batch.violation[i])}
+        assert single.objectives == pytest.approx(
+            (batch.step_time_s[i], batch.gpus[i], batch.comm_cost[i]), **close)
+        for key in ("mfu", "tokens_per_s", "wan_gb_per_step", "cluster_utilisation",
+                    "achieved_tflops_per_gpu"):
+            assert single.derived[key] == pytest.approx(getattr(batch, key)[i], **close), key
+        for key in ("period_s", "pipeline_s", "allreduce_s", "optimizer_s"):
+            assert single.breakdown[key] == pytest.approx(getattr(batch, key)[i], **close), key
+        stages = single.stages
+        np.testing.assert_allclose([s["compute_s"] for s in stages],
+                                   batch.stage_compute_s[i, :n], rtol=1e-12)
+        np.testing.assert_allclose([s["memory_gb"] * 1e9 for s in stages],
+                                   batch.stage_memory_bytes[i, :n], rtol=1e-12)
+        assert [s["in_flight"] for s in stages] == batch.stage_in_flight[i, :n].tolist()
+
+
+def test_evaluate_agrees_with_the_batch_on_a_feasible_sample(
+        generated: Instance, sample_plans: list[Plan]) -> None:
+    assert_single_matches_batch(generated, sample_plans)
+
+
+def test_evaluate_agrees_with_the_batch_on_random_plans(generated: Instance,
+                                                       random_plans: list[Plan]) -> None:
+    assert_single_matches_batch(generated, random_plans)
+
+
+def test_evaluate_agrees_with_the_batch_on_hand_plans(hand_instance: Instance) -> None:
+    plans = [*HAND_PLANS.values(), FEASIBLE, *INFEASIBLE.values()]
+    assert_single_matches_batch(hand_instance, plans)
+    constrained = hand_instance.replace(constraints=Constraints(wan_share_cap=0.05,
+                                                                cost_budget=1e-3))
+    assert_single_matches_batch(constrained, plans)
+
+
+def test_batch_of_200_equals_one_by_one(generated: Instance, random_plans: list[Plan]) -> None:
+    batch = evaluate_batch(generated, PlanBatch.from_plans(random_plans))
+    assert 0 < batch.feasible.sum() < 200  # a mix of feasible and infeasible plans
+    assert len({p.num_stages for p in random_plans}) > 3  # and of padded widths
+    for i, plan in enumerate(random_plans):
         single = one(generated, plan)
         n = plan.num_stages
         for field in dataclasses.fields(BatchEvaluation):
