@@ -1,0 +1,60 @@
+"""The committed benchmark suites: loadable, reproducible, and cross-domain by construction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from formulation.evaluator import evaluate_plans
+from formulation.instance import Instance, SearchSpace
+from formulation.schema import read_json
+from instances.sample import best_single_domain, chain_plans
+from instances.suites import MAX_DOMAIN_SHARE, SUITES_DIR, Slot, suite_paths
+
+QUICK = suite_paths("quick")
+BENCH = suite_paths("bench")
+
+
+def _slot(entry: dict) -> tuple[Slot, int]:
+    generator = dict(entry["generator"])
+    seed = generator.pop("seed")
+    generator["search"] = SearchSpace(**{k: tuple(v) if isinstance(v, list) else v
+                                         for k, v in generator["search"].items()})
+    generator["gpu_range"] = tuple(generator["gpu_range"])
+    generator["free_share_range"] = tuple(generator["free_share_range"])
+    generator.pop("base_seed")
+    return Slot(**generator, base_seed=seed), seed
+
+
+def test_suite_sizes_and_domain_counts():
+    assert len(QUICK) == 6 and len(BENCH) == 24
+    quick = [Instance.load(p) for p in QUICK]
+    bench = [Instance.load(p) for p in BENCH]
+    assert all(5 <= i.num_domains <= 8 for i in quick)
+    assert sorted({i.num_domains for i in bench}) == [5, 8, 10, 12, 16, 20]
+    assert {i.model.name for i in bench} == {"llama2-7b", "llama2-13b", "llama2-70b"}
+    assert {i.name.split("-k")[0] for i in bench} == {"random", "cn-hubs", "aws-10"}
+
+
+@pytest.mark.parametrize("suite", ["quick", "bench"])
+def test_manifest_regenerates_the_same_bytes(suite):
+    """Each committed instance is exactly what the generator makes from its manifest entry."""
+    manifest = read_json(SUITES_DIR / suite / "manifest.json", "manifest")
+    for entry in manifest["instances"][:3]:
+        slot, seed = _slot(entry)
+        regenerated = slot.generate(seed)
+        committed = Instance.load(SUITES_DIR / suite / entry["file"])
+        assert regenerated.to_dict() == committed.to_dict()
+
+
+@pytest.mark.parametrize("path", QUICK, ids=lambda p: p.stem)
+def test_quick_instances_need_cross_domain_plans(path):
+    """No domain holds much of the free GPUs, and a simple cross-domain chain beats the best
+    one-domain plan by the admission margin (or no one-domain plan fits at all)."""
+    instance = Instance.load(path)
+    free = np.array([d.free_gpus for d in instance.domains])
+    assert free.max() / free.sum() <= MAX_DOMAIN_SHARE
+    result = evaluate_plans(instance, chain_plans(instance))
+    cross = result.step_time_s[result.feasible].min()
+    _, single = best_single_domain(instance)
+    assert single > 1.1 * cross
