@@ -119,6 +119,16 @@ def latency_bound(compute_from_end: np.ndarray, delay_from_end: np.ndarray) -> n
     return best
 
 
+def _check_batch(batch: PlanBatch, num_domains: int) -> None:
+    """Arrays built by a solver may be wrong in ways the formulas cannot score."""
+    if min(batch.dp.min(initial=1), batch.micro_batch.min(initial=1), batch.tp.min(initial=1)) < 1:
+        raise ValueError("PlanBatch: dp, micro_batch and tp must be >= 1")
+    if batch.domain.size and (batch.domain.min() < 0 or batch.domain.max() >= num_domains):
+        raise ValueError(f"PlanBatch: domain indices must lie in 0..{num_domains - 1}")
+    if not np.isin(batch.recompute, (0, 1, 2)).all():
+        raise ValueError("PlanBatch: recompute codes must be 0, 1 or 2")
+
+
 def evaluate_batch(instance: Instance, batch: PlanBatch,
                    model: CostModel | None = None) -> BatchEvaluation:
     """Score N plans at once. Plans are never rejected: infeasibility is reported.
@@ -126,6 +136,7 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     ``model`` overrides the instance's cost model (used to fit the efficiency constants)."""
     cm = model or cost_model(instance)
     training, gpu, search = instance.training, instance.gpu, instance.search
+    _check_batch(batch, instance.num_domains)
     n_plans, width = batch.layers.shape
     n_stages = batch.num_stages
     index = np.arange(width)[None, :]
@@ -213,7 +224,7 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
         achieved_tflops_per_gpu=hardware_flops / (gpus * step_time) / 1e12,
         tokens_per_s=training.global_batch * instance.model.seq_len / step_time,
         wan_gb_per_step=traffic.sum(axis=1),
-        cluster_utilisation=model_flops / step_time / (peak * max(1, int(free.sum()))),
+        cluster_utilisation=model_flops / step_time / (peak * cm.free_gpus_total),
         period_s=period, pipeline_s=pipeline, allreduce_s=allreduce.max(axis=1),
         optimizer_s=optimizer.max(axis=1), stage_compute_s=compute,
         stage_memory_bytes=memory, stage_in_flight=in_flight, boundary_delay_s=delay,

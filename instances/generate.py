@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as err:
         print(f"error: cannot write {str(args.out)!r}: {err.strerror or err}", file=sys.stderr)
-        return 1
+        return 2
     free = sum(d.free_gpus for d in instance.domains)
     total = sum(d.gpus for d in instance.domains)
     print(f"{instance.name}: K={instance.num_domains}, {free} free GPUs of {total}, "

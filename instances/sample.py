@@ -169,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     if not plans:
         print(f"error: no feasible plan found for {args.instance}", file=sys.stderr)
         return 1
-    plans[0].save(args.out, instance)
+    try:
+        plans[0].save(args.out, instance)
+    except OSError as err:
+        print(f"error: cannot write {str(args.out)!r}: {err.strerror or err}", file=sys.stderr)
+        return 2
     print(f"plan with {plans[0].num_stages} stages over domains "
           f"{[instance.domains[k].name for k in plans[0].domains_used()]} written to {args.out}")
     return 0

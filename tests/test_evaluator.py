@@ -380,3 +380,16 @@ def test_robust_instance_is_never_faster(generated: Instance, sample_plans: list
     cross_domain = np.array([len(p.domains_used()) > 1 for p in sample_plans])
     assert cross_domain.any()
     assert np.all(worst.step_time_s[cross_domain] > base.step_time_s[cross_domain])
+
+
+def test_batch_arrays_outside_the_instance_are_rejected(generated, sample_plans):
+    import dataclasses
+
+    from formulation.batch import PlanBatch
+    from formulation.evaluator import evaluate_batch
+
+    batch = PlanBatch.from_plans(sample_plans[:3])
+    with pytest.raises(ValueError, match="domain indices"):
+        evaluate_batch(generated, dataclasses.replace(batch, domain=batch.domain + 99))
+    with pytest.raises(ValueError, match="tp must be >= 1"):
+        evaluate_batch(generated, dataclasses.replace(batch, tp=batch.tp * 0))

@@ -199,3 +199,21 @@ def test_training_defaults_and_override() -> None:
     assert generate_instance(5, "gpt-1.7b", 1).training.global_batch == 1024  # seq_len 2048
     training = generate_instance(5, "llama2-13b", 1, global_batch=256).training
     assert (training.global_batch, training.zero_stage, training.steps) == (256, 1, 10_000)
+
+
+def test_unwritable_output_gives_exit_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    done = subprocess.run([sys.executable, "-m", "instances.generate", "--domains", "5",
+                           "--model", "7b", "--seed", "1", "--out", str(blocker / "x.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("error: cannot write")
+    assert "Traceback" not in done.stderr
+
+
+def test_failed_write_leaves_no_partial_file(tmp_path):
+    from formulation.schema import write_json_atomic
+
+    with pytest.raises(ValueError):
+        write_json_atomic(tmp_path / "out.json", {"good": 1, "bad": float("nan")})
+    assert list(tmp_path.iterdir()) == []
