@@ -305,16 +305,21 @@ class CostModel:
         return self.boundary_traffic_gb(k_from, k_to, b, dp, m) * self.price[k_from, k_to]
 
     # -- data-parallel all-reduce and optimizer ---------------------------------------------
-    def allreduce_time(self, domain, params, t, dp):
-        """Ring all-reduce of a stage's bf16 gradients over its dp replicas inside a domain:
-        ``2 (r-1)/r * 2 params / t`` bytes plus ``2 (r-1)`` latency steps. The ring runs on
-        NVLink when all replicas fit in one node, else on min(domain, NIC) bandwidth.
-        Array-friendly."""
+    def allreduce_coefficients(self, domain, t, dp):
+        """(seconds per parameter, fixed seconds) of a stage's gradient all-reduce: a ring
+        over its dp replicas inside the domain moving ``2 (r-1)/r * 2 params / t`` bytes, plus
+        ``2 (r-1)`` latency steps. The ring runs on NVLink when all replicas fit in one node,
+        else on min(domain, NIC) bandwidth. Array-friendly."""
         network = (np.minimum(self.intra_bandwidth[domain], self.instance.gpu.nic_gbps * GBIT)
                    * self.eff.collective_efficiency)
         bandwidth = np.where(dp * t <= self.instance.gpu.gpus_per_node, self.nvlink_bw, network)
-        volume = 2 * (dp - 1) / dp * BYTES_PER_VALUE * params / t
-        return volume / bandwidth + 2 * (dp - 1) * self.intra_latency[domain]
+        per_param = 2 * (dp - 1) / dp * BYTES_PER_VALUE / t / bandwidth
+        return per_param, 2 * (dp - 1) * self.intra_latency[domain]
+
+    def allreduce_time(self, domain, params, t, dp):
+        """Seconds of a stage's gradient all-reduce (affine in its parameters). Array-friendly."""
+        per_param, fixed = self.allreduce_coefficients(domain, t, dp)
+        return per_param * params + fixed
 
     # -- scalar, memoised forms for the single-plan evaluator -----------------------------
     @_cached

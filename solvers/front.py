@@ -1,0 +1,138 @@
+"""Pareto fronts in the common format (ARCHITECTURE.md "File formats").
+
+A front holds non-dominated points in (step_time_s, gpus, comm_cost), each with its plan, a
+status (``exact``, ``best_known`` or ``heuristic``) and the provenance of how it was made.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import moocore
+import numpy as np
+
+from formulation.evaluator import OBJECTIVES, evaluate_plans
+from formulation.instance import Instance
+from formulation.plan import Plan
+from formulation.schema import InputError, Reader, read_json, write_json_atomic
+
+FRONT_SCHEMA = "xdsched.front/1"
+STATUSES = ("exact", "best_known", "heuristic")
+
+
+def nondominated_mask(points: np.ndarray) -> np.ndarray:
+    """Rows not dominated by any other row (minimisation); of equal rows the first is kept."""
+    points = np.asarray(points, dtype=float)
+    if len(points) == 0:
+        return np.zeros(0, dtype=bool)
+    keep = moocore.is_nondominated(points, keep_weakly=True)
+    _, first = np.unique(points, axis=0, return_index=True)
+    unique = np.zeros(len(points), dtype=bool)
+    unique[first] = True
+    return keep & unique
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    objectives: tuple[float, float, float]
+    plan: Plan
+    mip_gap: float | None = None  # relative gap of the solve that produced the point
+
+
+@dataclass
+class Front:
+    instance: str
+    status: str
+    points: list[FrontPoint]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    normalisation: dict[str, Any] | None = None  # ideal, nadir, hv reference (reference fronts)
+
+    @property
+    def objectives(self) -> np.ndarray:
+        return np.array([p.objectives for p in self.points], dtype=float).reshape(-1, 3)
+
+    def sorted(self) -> Front:
+        order = sorted(range(len(self.points)), key=lambda i: self.points[i].objectives)
+        self.points = [self.points[i] for i in order]
+        return self
+
+    @staticmethod
+    def from_plans(instance: Instance, plans: list[Plan], status: str,
+                   provenance: dict[str, Any] | None = None,
+                   gaps: list[float | None] | None = None) -> Front:
+        """The non-dominated feasible subset of ``plans``, scored by the evaluator."""
+        if not plans:
+            return Front(instance.name, status, [], provenance or {})
+        result = evaluate_plans(instance, plans)
+        feasible = np.flatnonzero(result.feasible)
+        objectives = result.objectives[feasible]
+        keep = feasible[nondominated_mask(objectives)]
+        gaps = gaps or [None] * len(plans)
+        points = [FrontPoint(tuple(float(x) for x in result.objectives[i]), plans[i], gaps[i])
+                  for i in keep]
+        return Front(instance.name, status, points, provenance or {}).sorted()
+
+    def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": FRONT_SCHEMA, "instance": self.instance, "objectives": list(OBJECTIVES),
+            "status": self.status, "provenance": self.provenance,
+            "points": [{"objectives": list(p.objectives), "plan": p.plan.to_dict(instance),
+                        **({} if p.mip_gap is None else {"mip_gap": p.mip_gap})}
+                       for p in self.points]}
+        if self.normalisation is not None:
+            out["normalisation"] = self.normalisation
+        return out
+
+    def save(self, path: str | Path, instance: Instance | None = None) -> None:
+        write_json_atomic(path, self.to_dict(instance))
+
+    @staticmethod
+    def load(path: str | Path, instance: Instance | None = None) -> Front:
+        document = read_json(path, "front")
+        try:
+            r = Reader(document, "")
+            if r.string("schema") != FRONT_SCHEMA:
+                raise InputError(f"schema must be {FRONT_SCHEMA!r}")
+            if r.raw("objectives") != list(OBJECTIVES):
+                raise InputError(f"objectives must be {list(OBJECTIVES)}")
+
+            def point(value: Any, where: str) -> FrontPoint:
+                pr = Reader(value, where)
+                objectives = pr.raw("objectives")
+                if not (isinstance(objectives, list) and len(objectives) == 3):
+                    raise InputError(f"{where}.objectives must be a list of 3 numbers")
+                gap = pr.raw("mip_gap", None)
+                plan = Plan.from_dict(pr.raw("plan"), instance)
+                pr.finish()
+                return FrontPoint(tuple(float(x) for x in objectives), plan, gap)
+
+            front = Front(instance=r.string("instance"),
+                          status=r.string("status", choices=STATUSES),
+                          points=r.items("points", point),
+                          provenance=r.raw("provenance", {}),
+                          normalisation=r.raw("normalisation", None))
+            r.finish()
+            return front
+        except InputError as err:
+            raise InputError(f"front {str(path)!r}: {err}") from None
+
+
+def versions() -> dict[str, str]:
+    """Versions of the interpreter and the packages that shape a result."""
+    out = {"python": platform.python_version()}
+    for package in ("xdsched", "numpy", "pyomo", "highspy", "ortools", "moocore"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def command_line(module: str) -> str:
+    """The command that is running, as a user would type it."""
+    return " ".join(["python -m", module, *sys.argv[1:]])

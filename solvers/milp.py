@@ -1,0 +1,218 @@
+"""The SPEC problem as a Pyomo MILP for one (dp, micro-batch) pair, and its HiGHS solves.
+
+Built only from :mod:`solvers.tables` (hence from the evaluator's cost model). Families of
+constraints, with the SPEC sections they state:
+
+* Positions (SPEC 3.1): ``u[p]`` marks an active position, counted from the end; position 0
+  (the last stage, LM head) is always active and active positions are contiguous.
+* Assignment (SPEC 2): ``z[p,k,o]`` puts the stage at position p in domain k with option o =
+  (tp, recompute); one per active position. ``n[p,k,o]`` is its layer count: at least one,
+  at most the memory cap of that position (SPEC 3 memory, written as a layer cap so no
+  product appears; a smaller cap applies to the first stage, which also holds the
+  embedding). All layers are placed: ``sum n = L`` (the cut points are the running sums).
+* GPUs (SPEC 2, 5): ``sum r t z <= a_k`` per domain; the objective N is their total.
+* Links (SPEC 3, 4): consecutive positions p+1 -> p are joined through a transportation
+  linearisation ``y[p,k,k']`` (continuous, exact for binary z; notes/milp-formulation.md
+  measured it 50x faster than big-M pairs): delta, link occupancy and traffic cost are linear
+  in y. Inside one domain the pair (k, k) carries the intra-domain delay at no cost.
+* 1F1B period (SPEC 3.1): epigraph ``P`` above every stage's compute, every link's
+  occupancy and the round trip of every window of consecutive positions (the evaluator's
+  generalisation of the SPEC latency bound).
+* All-reduce and optimizer (SPEC 3): epigraphs above every stage's (affine) time.
+* Step time ``T = (m - 1) P + sum c + 2 sum delta + T_allreduce + T_optimizer``.
+* Caps: ``N <= gpu_cap``, ``C <= cost_cap`` (mutable, for the epsilon-constraint method),
+  and the instance's optional WAN share cap and cost budget (SPEC 5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyomo.environ as pyo
+
+from formulation.plan import Plan, Stage
+from solvers.engine import ModelValues
+from solvers.tables import PairTables
+
+BIG_CAP = 1e12  # a cap that does not bind
+
+
+def build_model(tables: PairTables) -> pyo.ConcreteModel:
+    t = tables
+    model = pyo.ConcreteModel(name=f"xdsched-dp{t.dp}-b{t.micro_batch}")
+    positions = range(t.positions)
+    domains = range(t.num_domains)
+    cells = [(p, k, o) for p in positions for k in domains for o in range(t.num_options)
+             if t.usable(k, o) and max(t.layer_cap[p, o], t.layer_cap_first[p, o]) >= 1]
+    model.cells = pyo.Set(initialize=cells, dimen=3)
+    links = [(p, k, q) for p in range(t.positions - 1) for k in domains for q in domains]
+    model.links = pyo.Set(initialize=links, dimen=3)
+
+    model.u = pyo.Var(positions, domain=pyo.Binary)
+    model.z = pyo.Var(model.cells, domain=pyo.Binary)
+    model.n = pyo.Var(model.cells, domain=pyo.NonNegativeIntegers, bounds=(0, t.layers))
+    model.y = pyo.Var(model.links, bounds=(0, 1))
+    model.u[0].fix(1)
+
+    def first(p):  # 1 iff p is the first stage (the highest active position)
+        return model.u[p] - (model.u[p + 1] if p + 1 < t.positions else 0)
+
+    by_position = {p: [c for c in cells if c[0] == p] for p in positions}
+    by_domain = {k: [c for c in cells if c[1] == k] for k in domains}
+    model.contiguous = pyo.Constraint(range(t.positions - 1),
+                                      rule=lambda m_, p: m_.u[p + 1] <= m_.u[p])
+    model.one_option = pyo.Constraint(
+        positions, rule=lambda m_, p: sum(m_.z[c] for c in by_position[p]) == m_.u[p])
+    model.min_layers = pyo.Constraint(model.cells, rule=lambda m_, *c: m_.n[c] >= m_.z[c])
+    model.memory_cap = pyo.Constraint(model.cells, rule=lambda m_, p, k, o: m_.n[p, k, o] <= (
+        t.layer_cap_first[p, o] * m_.z[p, k, o]
+        + (t.layer_cap[p, o] - t.layer_cap_first[p, o]) * (1 - first(p))))
+    model.memory_cap_any = pyo.Constraint(
+        model.cells, rule=lambda m_, p, k, o: m_.n[p, k, o] <= t.layer_cap[p, o] * m_.z[p, k, o])
+    model.all_layers = pyo.Constraint(expr=sum(model.n[c] for c in cells) == t.layers)
+
+    # GPUs per domain and in total.
+    model.domain_gpus = pyo.Constraint(domains, rule=lambda m_, k: sum(
+        int(t.gpus[c[2]]) * m_.z[c] for c in by_domain[k]) <= int(t.free_gpus[k]))
+    model.gpus = pyo.Expression(expr=sum(int(t.gpus[c[2]]) * model.z[c] for c in cells))
+
+    # Links: transportation linearisation between positions p+1 (sender) and p.
+    def located(p, k):
+        return sum(model.z[c] for c in by_position[p] if c[1] == k)
+
+    model.link_out = pyo.Constraint(range(t.positions - 1), domains, rule=lambda m_, p, k: sum(
+        m_.y[p, k, q] for q in domains) == located(p + 1, k))
+    model.link_in = pyo.Constraint(range(t.positions - 1), domains, rule=lambda m_, p, q: sum(
+        m_.y[p, k, q] for k in domains) <= located(p, q))
+    model.delta = pyo.Expression(range(t.positions - 1), rule=lambda m_, p: sum(
+        float(t.delay[k, q]) * m_.y[p, k, q] for k in domains for q in domains))
+    model.occupancy = pyo.Expression(range(t.positions - 1), rule=lambda m_, p: sum(
+        float(t.occupancy[k, q]) * m_.y[p, k, q] for k in domains for q in domains))
+    model.cost = pyo.Expression(expr=sum(
+        float(t.cost[k, q]) * model.y[p, k, q] for (p, k, q) in links if k != q))
+
+    # Stage compute c[p]; the embedding term only on the first stage.
+    max_first = float(t.first_time.max())
+    model.first_compute = pyo.Var(positions, bounds=(0, max_first))
+    model.first_compute_def = pyo.Constraint(positions, rule=lambda m_, p: m_.first_compute[p] >= (
+        sum(float(t.first_time[c[2]]) * m_.z[c] for c in by_position[p])
+        - max_first * (1 - first(p))))
+    model.compute = pyo.Expression(positions, rule=lambda m_, p: sum(
+        float(t.layer_time[c[2]]) * m_.n[c]
+        + (float(t.last_time[c[2]]) * m_.z[c] if p == 0 else 0.0) for c in by_position[p])
+        + m_.first_compute[p])
+
+    # 1F1B period: stage compute, link occupancy, round trip of every window of positions.
+    model.period = pyo.Var(bounds=(0, None))
+    model.period_compute = pyo.Constraint(
+        positions, rule=lambda m_, p: m_.period >= m_.compute[p])
+    model.period_link = pyo.Constraint(
+        range(t.positions - 1), rule=lambda m_, p: m_.period >= m_.occupancy[p])
+    windows = [(k, j) for k in positions for j in positions if j > k]
+    model.period_window = pyo.Constraint(windows, rule=lambda m_, k, j: (j - k + 1) * m_.period >= (
+        sum(m_.compute[i] for i in range(k, j + 1)) + 2 * sum(m_.delta[i] for i in range(k, j))))
+
+    # Data-parallel all-reduce and optimizer epigraphs (max over stages, affine in params).
+    def stage_params_time(coefficient, p):
+        """sum over the position's cells of coefficient * (params without embedding)."""
+        return sum(float(coefficient(c)) * (t.layer_params * model.n[c]
+                                            + (t.head_params * model.z[c] if p == 0 else 0))
+                   for c in by_position[p])
+
+    def first_params_time(name, coefficient):
+        bound = float(max(coefficient(c) for c in cells)) * t.embedding_params
+        var = pyo.Var(positions, bounds=(0, bound))
+        model.add_component(name, var)
+        model.add_component(name + "_def", pyo.Constraint(positions, rule=lambda m_, p: var[p] >= (
+            sum(float(coefficient(c)) * t.embedding_params * m_.z[c] for c in by_position[p])
+            - bound * (1 - first(p)))))
+        return var
+
+    def allreduce_coefficient(c):
+        return t.allreduce_per_param[c[1], c[2]]
+
+    def optimizer_coefficient(c):
+        return t.optimizer_per_param[c[2]]
+
+    ar_first = first_params_time("allreduce_first", allreduce_coefficient)
+    opt_first = first_params_time("optimizer_first", optimizer_coefficient)
+    model.allreduce = pyo.Var(bounds=(0, None))
+    model.allreduce_def = pyo.Constraint(positions, rule=lambda m_, p: m_.allreduce >= (
+        stage_params_time(allreduce_coefficient, p) + ar_first[p]
+        + sum(float(t.allreduce_fixed[c[1], c[2]]) * m_.z[c] for c in by_position[p])))
+    model.optimizer = pyo.Var(bounds=(0, None))
+    model.optimizer_def = pyo.Constraint(positions, rule=lambda m_, p: m_.optimizer >= (
+        stage_params_time(optimizer_coefficient, p) + opt_first[p]))
+
+    model.step_time = pyo.Expression(expr=(
+        (t.micro_batches - 1) * model.period + sum(model.compute[p] for p in positions)
+        + 2 * sum(model.delta[p] for p in range(t.positions - 1))
+        + model.allreduce + model.optimizer))
+
+    # Caps (mutable for the epsilon-constraint method) and the instance's own constraints.
+    model.gpu_cap = pyo.Param(mutable=True, initialize=BIG_CAP)
+    model.cost_cap = pyo.Param(mutable=True, initialize=BIG_CAP)
+    model.step_cap = pyo.Param(mutable=True, initialize=BIG_CAP)
+    model.gpu_cap_con = pyo.Constraint(expr=model.gpus <= model.gpu_cap)
+    model.cost_cap_con = pyo.Constraint(expr=model.cost <= model.cost_cap)
+    model.step_cap_con = pyo.Constraint(expr=model.step_time <= model.step_cap)
+    constraints = t.instance.constraints
+    if constraints.cost_budget is not None:
+        model.budget = pyo.Constraint(expr=model.cost <= constraints.cost_budget)
+    if constraints.wan_share_cap is not None:
+        share = constraints.wan_share_cap
+        model.wan_cap = pyo.Constraint(range(t.positions - 1), rule=lambda m_, p: sum(
+            float(t.occupancy[k, q]) * m_.y[p, k, q] for k in domains for q in domains if k != q)
+            <= share * m_.period)
+    model.weights = pyo.Param(range(3), mutable=True, initialize={0: 1.0, 1: 0.0, 2: 0.0})
+    model.objective = pyo.Objective(expr=model.weights[0] * model.step_time
+                                    + model.weights[1] * model.gpus
+                                    + model.weights[2] * model.cost)
+    return model
+
+
+def extract_plan(model: pyo.ConcreteModel, tables: PairTables) -> Plan:
+    """The plan encoded by the model's current (integral) solution."""
+    chosen = {}
+    for (p, k, o) in model.cells:
+        if pyo.value(model.z[p, k, o]) > 0.5:
+            chosen[p] = (k, o, int(round(pyo.value(model.n[p, k, o]))))
+    stages = []
+    for p in sorted(chosen, reverse=True):  # front (highest position) to back
+        k, o, layers = chosen[p]
+        tp, recompute = tables.options[o]
+        stages.append(Stage(domain=int(k), layers=layers, tp=int(tp), recompute=recompute))
+    return Plan(dp=tables.dp, micro_batch=tables.micro_batch, stages=tuple(stages))
+
+
+def model_values(model: pyo.ConcreteModel, tables: PairTables) -> ModelValues:
+    """Objective values of the current solution with every epigraph at its tight value, i.e.
+    the MILP's value of the plan it encodes (checked against the evaluator at run time)."""
+    t = tables
+    active = [p for p in range(t.positions) if pyo.value(model.u[p]) > 0.5]
+    first_position = max(active)
+    compute, allreduce, optimizer = [], [], []
+    for p in active:
+        (k, o), = [(c[1], c[2]) for c in model.cells
+                   if c[0] == p and pyo.value(model.z[c]) > 0.5]
+        layers = round(pyo.value(model.n[p, k, o]))
+        is_first, is_last = p == first_position, p == 0
+        compute.append(layers * t.layer_time[o] + is_first * t.first_time[o]
+                       + is_last * t.last_time[o])
+        params = (layers * t.layer_params + is_first * t.embedding_params
+                  + is_last * t.head_params)
+        allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
+        optimizer.append(t.optimizer_per_param[o] * params)
+    delta = [pyo.value(model.delta[p]) for p in active[:-1]]
+    occupancy = [pyo.value(model.occupancy[p]) for p in active[:-1]]
+    windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
+               for k in range(len(active)) for j in range(k, len(active))]
+    period = max([*compute, *occupancy, *windows])
+    step = ((t.micro_batches - 1) * period + sum(compute) + 2 * sum(delta)
+            + max(allreduce) + max(optimizer))
+    return ModelValues(step_time_s=float(step), gpus=int(round(pyo.value(model.gpus))),
+                       comm_cost=float(pyo.value(model.cost)))
+
+
+def solution_is_integral(model: pyo.ConcreteModel) -> bool:
+    values = np.array([pyo.value(model.z[c]) for c in model.cells])
+    return bool(np.all(np.minimum(np.abs(values), np.abs(values - 1)) < 1e-5))

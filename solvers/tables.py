@@ -1,0 +1,130 @@
+"""Coefficient tables of the exact models for one (dp, micro-batch) pair.
+
+Both engines (the Pyomo MILP on HiGHS and the CP-SAT model) are built from these tables, and
+every number in them comes from :class:`formulation.costmodel.CostModel`, the functions the
+evaluator itself calls. Data-parallel degree ``r`` and micro-batch ``b`` are enumerated
+outside the models (SPEC 3: almost every coefficient depends on them non-linearly), so inside
+a model every term is linear in the assignment and layer-count variables.
+
+Index sets: positions ``p`` counted from the end of the pipeline (0 is the last stage),
+domains ``k``, stage options ``o`` = (tp, recompute) pairs allowed by the search space.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulation.evaluator import cost_model
+from formulation.instance import Instance
+
+
+@dataclass(frozen=True, eq=False)
+class PairTables:
+    instance: Instance
+    dp: int
+    micro_batch: int
+    micro_batches: int  # m
+    positions: int  # S: the most stages a plan may have
+    options: tuple[tuple[int, str], ...]  # (tp, recompute) per option index
+    layers: int
+    # per option
+    gpus: np.ndarray  # (O,) r * t GPUs a stage takes
+    layer_time: np.ndarray  # (O,) forward + backward seconds per layer and micro-batch
+    first_time: np.ndarray  # (O,) embedding forward + backward on the first stage
+    last_time: np.ndarray  # (O,) LM head + loss on the last stage
+    layer_cap: np.ndarray  # (S, O) most layers a stage at position p fits (not first)
+    layer_cap_first: np.ndarray  # (S, O) the same when it is also the first stage (embedding)
+    optimizer_per_param: np.ndarray  # (O,) seconds of the Adam step per parameter of a stage
+    # per domain and option
+    allreduce_per_param: np.ndarray  # (K, O)
+    allreduce_fixed: np.ndarray  # (K, O)
+    # per ordered domain pair (k -> k', k == k' inside a domain)
+    delay: np.ndarray  # (K, K) delta: seconds per micro-batch crossing
+    occupancy: np.ndarray  # (K, K) seconds a link is busy per micro-batch
+    cost: np.ndarray  # (K, K) USD per step for a boundary on this pair
+    free_gpus: np.ndarray  # (K,)
+    layer_params: int
+    embedding_params: int
+    head_params: int
+
+    @property
+    def num_domains(self) -> int:
+        return len(self.free_gpus)
+
+    @property
+    def num_options(self) -> int:
+        return len(self.options)
+
+    def usable(self, k: int, o: int) -> bool:
+        """Whether option ``o`` fits domain ``k`` at all (its r*t GPUs are free there)."""
+        return self.gpus[o] <= self.free_gpus[k]
+
+
+def pair_tables(instance: Instance, dp: int, micro_batch: int) -> PairTables | None:
+    """Tables for one (dp, micro-batch) pair; None if the pair cannot form a valid plan."""
+    training, search, model = instance.training, instance.search, instance.model
+    if training.global_batch % (dp * micro_batch):
+        return None
+    cm = cost_model(instance)
+    m = training.global_batch // (dp * micro_batch)
+    b = micro_batch
+    free = np.array([d.free_gpus for d in instance.domains])
+    options = tuple((t, rc) for t in search.tp for rc in search.recompute
+                    if t <= instance.gpu.gpus_per_node and model.heads % t == 0
+                    and dp * t <= free.max())
+    if not options:
+        return None
+    positions = min(search.max_stages, model.layers)
+    tp = np.array([t for t, _ in options])
+    layer_time = np.array([cm.layer_compute_time(b, t, rc) for t, rc in options])
+    first_time = np.array([cm.edge_compute_time(b, t, True, False) for t, _ in options])
+    last_time = np.array([cm.edge_compute_time(b, t, False, True) for t, _ in options])
+
+    layer_cap = np.zeros((positions, len(options)), dtype=np.int64)
+    layer_cap_first = np.zeros_like(layer_cap)
+    for p in range(positions):
+        in_flight = min(m, p + 1)
+        last = 1 if p == 0 else 0
+        for o, (t, rc) in enumerate(options):
+            state = cm.state_bytes_per_param(t, dp)
+            per_layer = cm.stage_memory_bytes(1, in_flight, state,
+                                              cm.layer_activation_bytes(b, t, rc), 0, 0, 0, 0)
+            for first, caps in ((0, layer_cap), (1, layer_cap_first)):
+                fixed = cm.stage_memory_bytes(0, in_flight, state, 0.0,
+                                              cm.recompute_workspace_bytes(b, t, rc),
+                                              cm.logits_bytes(b, t), first, last)
+                room = (cm.usable_memory - fixed) / per_layer
+                caps[p, o] = max(0, min(model.layers, math.floor(room * (1 + 1e-12))))
+
+    k = np.arange(instance.num_domains)
+    kk_from, kk_to = np.meshgrid(k, k, indexing="ij")
+    per_param, fixed = zip(*[cm.allreduce_coefficients(k, tp, dp) for k in range(len(free))],
+                           strict=True)
+    return PairTables(
+        instance=instance, dp=dp, micro_batch=micro_batch, micro_batches=m, positions=positions,
+        options=options, layers=model.layers, gpus=dp * tp, layer_time=layer_time,
+        first_time=first_time, last_time=last_time, layer_cap=layer_cap,
+        layer_cap_first=layer_cap_first,
+        optimizer_per_param=np.array([float(cm.optimizer_time(1.0, t, dp)) for t, _ in options]),
+        allreduce_per_param=np.array(per_param, dtype=float),
+        allreduce_fixed=np.broadcast_to(np.array(fixed, dtype=float)[:, None],
+                                        (len(free), len(options))).copy(),
+        delay=np.asarray(cm.boundary_delay(kk_from, kk_to, b, dp), dtype=float),
+        occupancy=np.asarray(cm.boundary_occupancy(kk_from, kk_to, b, dp), dtype=float),
+        cost=np.asarray(cm.boundary_cost(kk_from, kk_to, b, dp, m), dtype=float),
+        free_gpus=free, layer_params=cm.layer_params, embedding_params=cm.embedding_params,
+        head_params=cm.head_params)
+
+
+def all_pair_tables(instance: Instance) -> list[PairTables]:
+    """Tables of every valid (dp, micro-batch) pair of the search space."""
+    out = []
+    for dp in instance.search.dp:
+        for b in instance.search.micro_batch:
+            tables = pair_tables(instance, dp, b)
+            if tables is not None:
+                out.append(tables)
+    return out
