@@ -79,6 +79,26 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
     def located(p, k):
         return sum(model.z[c] for c in by_position[p] if c[1] == k)
 
+    # Two consecutive stages in one domain need GPUs for both: the same-domain share of y is
+    # split by the pair of options, and only pairs whose GPUs fit the domain exist. Without
+    # this the LP relaxation chains fractional stages inside one domain and ignores the WAN.
+    cell_set = set(cells)
+    pairs = [(p, k, a, b) for p in range(t.positions - 1) for k in domains
+             for a in range(t.num_options) for b in range(t.num_options)
+             if (p + 1, k, a) in cell_set and (p, k, b) in cell_set
+             and t.gpus[a] + t.gpus[b] <= t.free_gpus[k]]
+    model.same = pyo.Var(pairs, bounds=(0, 1))
+    model.same_def = pyo.Constraint(range(t.positions - 1), domains, rule=lambda m_, p, k: (
+        m_.y[p, k, k] == sum(m_.same[q] for q in pairs if q[0] == p and q[1] == k)))
+    model.same_from = pyo.Constraint(
+        [c for c in cells if c[0] >= 1], rule=lambda m_, p, k, a: sum(
+            m_.same[q] for q in pairs if q[0] == p - 1 and q[1] == k and q[2] == a)
+        <= m_.z[p, k, a])
+    model.same_to = pyo.Constraint(
+        [c for c in cells if c[0] < t.positions - 1], rule=lambda m_, p, k, b: sum(
+            m_.same[q] for q in pairs if q[0] == p and q[1] == k and q[3] == b)
+        <= m_.z[p, k, b])
+
     model.link_out = pyo.Constraint(range(t.positions - 1), domains, rule=lambda m_, p, k: sum(
         m_.y[p, k, q] for q in domains) == located(p + 1, k))
     model.link_in = pyo.Constraint(range(t.positions - 1), domains, rule=lambda m_, p, q: sum(

@@ -1,0 +1,144 @@
+"""Exact Pareto fronts: ``python -m solvers.exact``.
+
+    python -m solvers.exact INSTANCE.json --out FRONT.json [--engine highs|cpsat]
+                            [--time-limit S] [--threads N] [--export mps|lp]
+    python -m solvers.exact --suite quick|bench --out DIR [--engine ...] [--time-limit S]
+
+A front is labelled ``exact`` only if the epsilon-constraint enumeration completed and no
+solve stopped at a limit; otherwise it is ``best_known``, with the per-point MIP gaps. Every
+returned plan was re-evaluated by the evaluator during the run (``solvers.epsilon``).
+``--export`` writes each (dp, micro-batch) model beside ``--out`` for use with other solvers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from formulation.instance import Instance
+from formulation.schema import InputError
+from solvers.epsilon import epsilon_front
+from solvers.front import Front, command_line, versions
+from solvers.tables import all_pair_tables
+
+ENGINES = ("highs", "cpsat")
+HV_REFERENCE_MARGIN = 0.1  # reference point = nadir + 10 % of the front's range
+
+
+def make_engine(name: str, tables, threads: int):
+    if name == "highs":
+        from solvers.highs import HighsEngine
+
+        return HighsEngine(tables, threads=threads)
+    if name == "cpsat":
+        from solvers.cpsat import CpSatEngine
+
+        return CpSatEngine(tables, workers=threads)
+    raise InputError(f"--engine must be one of {list(ENGINES)}, got {name!r}")
+
+
+def normalisation(front: Front) -> dict:
+    """Ideal, nadir and hypervolume reference point of a front, fixed once with it."""
+    objectives = front.objectives
+    ideal, nadir = objectives.min(axis=0), objectives.max(axis=0)
+    span = np.where(nadir > ideal, nadir - ideal, np.maximum(np.abs(nadir), 1.0))
+    reference = nadir + HV_REFERENCE_MARGIN * span
+    return {"ideal": ideal.tolist(), "nadir": nadir.tolist(),
+            "hv_reference": reference.tolist(), "hv_reference_rule": "nadir + 0.1 * range"}
+
+
+def exact_front(instance: Instance, engine: str = "highs", time_limit: float | None = None,
+                threads: int = 1, progress: Callable[[str], None] | None = None,
+                command: str | None = None) -> Front:
+    start = time.perf_counter()
+    engines = [make_engine(engine, tables, threads) for tables in all_pair_tables(instance)]
+    candidates, stats = epsilon_front(engines, progress, time_limit)
+    exact = stats.complete and stats.limited == 0
+    plans = [c.solve.plan for c in candidates]
+    gaps = [c.solve.gap for c in candidates]
+    front = Front.from_plans(instance, plans, "exact" if exact else "best_known", gaps=gaps)
+    front.provenance = {
+        "command": command or f"solvers.exact.exact_front(engine={engine!r})",
+        "versions": versions(),
+        "parameters": {"engine": engine, "time_limit_s": time_limit, "threads": threads,
+                       "pairs": [[e.tables.dp, e.tables.micro_batch] for e in engines]},
+        "wall_time_s": round(time.perf_counter() - start, 3),
+        "solves": stats.solves, "reused_solves": stats.reused,
+        "solve_time_s": round(stats.solve_time_s, 3),
+        "limited_solves": stats.limited, "complete": stats.complete,
+        "mip_gaps": [p.mip_gap for p in front.points],
+    }
+    if front.points:
+        front.normalisation = normalisation(front)
+    return front
+
+
+def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
+    """Write each (dp, micro-batch) MILP as MPS or LP beside ``out``."""
+    from solvers.milp import build_model
+
+    paths = []
+    for tables in all_pair_tables(instance):
+        path = out.with_name(f"{out.stem}-dp{tables.dp}-b{tables.micro_batch}.{fmt}")
+        build_model(tables).write(str(path), format=fmt, io_options={"symbolic_solver_labels":
+                                                                    True})
+        paths.append(path)
+    return paths
+
+
+def _run_one(path: Path, out: Path, args: argparse.Namespace) -> None:
+    instance = Instance.load(path)
+    if args.export:
+        for written in export_models(instance, out, args.export):
+            print(f"wrote {written}")
+    front = exact_front(instance, args.engine, args.time_limit, args.threads,
+                        progress=(lambda line: print("  " + line, file=sys.stderr))
+                        if args.verbose else None,
+                        command=command_line("solvers.exact"))
+    front.save(out, instance)
+    print(f"{instance.name}: {len(front.points)} points, {front.status}, "
+          f"{front.provenance['solves']} solves, {front.provenance['wall_time_s']:.1f} s "
+          f"-> {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m solvers.exact",
+                                     description="Exact Pareto front of an instance.")
+    parser.add_argument("instance", nargs="?", type=Path, help="instance JSON")
+    parser.add_argument("--suite", choices=["quick", "bench"],
+                        help="compute the reference fronts of a committed suite instead")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="front JSON (one instance) or directory (--suite)")
+    parser.add_argument("--engine", choices=ENGINES, default="highs")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds for the whole front; past it the front is best_known")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--export", choices=["mps", "lp"], help="also write the models")
+    parser.add_argument("--verbose", action="store_true", help="print each point found")
+    args = parser.parse_args(argv)
+    if (args.instance is None) == (args.suite is None):
+        parser.error("give either INSTANCE or --suite")
+    try:
+        if args.suite:
+            from instances.suites import suite_paths
+
+            for path in suite_paths(args.suite):
+                _run_one(path, args.out / f"{path.stem}.front.json", args)
+        else:
+            _run_one(args.instance, args.out, args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
