@@ -1,16 +1,17 @@
 """Exact Pareto fronts in (step_time_s, gpus, comm_cost) by the epsilon-constraint method.
 
-For a GPU cap ``n`` the inner sweep enumerates the front of (T, C) among plans with
-``N <= n``: minimise T under ``C <= c``, then lexicographically C (with T at its optimum) and
-N (with T and C at theirs), record the point, set ``c`` just below its cost, repeat until
-infeasible. Every 3-D non-dominated point with ``N <= n`` is (T, C)-non-dominated among those
-plans, so it is found by the sweep with its own N. Points with N between the largest N found
-and ``n`` cannot exist, so the next cap is that largest N minus one; the outer loop stops when
-a sweep finds nothing. Candidates are finally filtered for 3-D non-dominance.
+For a GPU cap ``n`` the inner sweep walks the (T, C) front of the plans with ``N <= n``:
+minimise T under ``C <= c``, record the plan, set ``c`` just below its cost, repeat until
+infeasible. A 3-D non-dominated point z with ``N_z <= n`` is (T, C)-non-dominated among those
+plans, so the sweep returns a plan with z's (T, C) and some ``N' >= N_z`` (ties in T resolve
+on later iterations: a cheaper plan of equal T is found once ``c`` drops below the dearer
+one). Hence no front point has N between the largest N found and ``n``, the next cap is that
+largest N minus one, and a point found with too many GPUs is found again with its own N at a
+later, lower cap. The outer loop stops when a sweep finds nothing; the candidates are then
+filtered for 3-D non-dominance. No lexicographic re-solves are needed.
 
 Each (dp, micro-batch) pair has its own model; a solve "over the instance" is the best over
-pairs. Within one sweep caps only tighten, so a pair whose last optimum still satisfies the
-caps keeps it without a new solve, and an infeasible pair stays infeasible.
+pairs, organised by :class:`PairPool` to skip pairs that cannot win.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from formulation.result import evaluate
 from solvers.engine import Solve
 from solvers.tables import PairTables
 
-# Relative slack when fixing an optimised objective for the next lexicographic stage, and the
-# step below a found cost for the next sweep. Both are far below the evaluator agreement
-# tolerance (1e-6) and far above the engines' feasibility tolerances.
+# Relative slack for ties in step time, and the step below a found cost for the next sweep;
+# far below the evaluator agreement tolerance (1e-6), above the engines' tolerances (1e-9).
 FIX_SLACK = 1e-9
 COST_STEP = 1e-7
 VALUE_TOLERANCE = 1e-6
@@ -56,21 +56,37 @@ class Candidate:
     tables: PairTables
 
 
-class PairPool:
-    """All pairs' engines, with the caching of optima described in the module docstring.
+@dataclass(frozen=True)
+class Memo:
+    """One min-step solve of a pair: its caps and outcome. ``result.values is None`` means
+    no plan with step time <= ``step_cap`` exists under the caps."""
 
-    A solution that is optimal under caps (n1, c1) is optimal under any tighter caps it still
-    satisfies, and infeasibility carries over to tighter caps; ``memo`` keeps, per pair, the
-    (caps, outcome) of every min-step solve and answers from it where it can.
+    gpu_cap: float
+    cost_cap: float
+    step_cap: float
+    result: Solve
+
+    def covers(self, gpu_cap: float, cost_cap: float) -> bool:
+        """The query's caps are at least as tight, so what held here still holds there."""
+        return (self.gpu_cap >= gpu_cap and self.cost_cap >= cost_cap
+                and self.result.status != "time_limit")
+
+
+class PairPool:
+    """All pairs' engines and what is known about each pair's min-step problem.
+
+    A solution that is optimal under caps (n1, c1) stays optimal under tighter caps it still
+    satisfies, and its step time bounds the tighter problem from below; "nothing below s"
+    also carries over to tighter caps. ``min_step`` visits pairs in order of these lower
+    bounds, skips pairs that cannot beat (or tie) the best found, and solves the others with
+    a step-time cap at that best, which lets the solver prune.
     """
 
     def __init__(self, engines: list, stats: SweepStats, deadline: float | None = None):
         self.engines = engines
         self.stats = stats
         self.deadline = deadline
-        self.memo: dict[int, list[tuple[float, float, Solve]]] = {i: [] for i in
-                                                                    range(len(engines))}
-        self.last: dict[int, Solve] = {}
+        self.memo: dict[int, list[Memo]] = {i: [] for i in range(len(engines))}
         self.candidates: list[Candidate] = []
 
     def _solve(self, i: int, **caps) -> Solve:
@@ -90,57 +106,47 @@ class PairPool:
             check_values(self.engines[i].tables, result)
         return result
 
-    def _recall(self, i: int, gpu_cap: float, cost_cap: float) -> Solve | None:
-        for n1, c1, result in self.memo[i]:
-            if n1 < gpu_cap or c1 < cost_cap or result.status == "time_limit":
+    def _known(self, i: int, gpu_cap: float, cost_cap: float) -> tuple[float, Solve | None]:
+        """(lower bound on the pair's least step time, its optimum if already known)."""
+        bound = 0.0
+        for memo in self.memo[i]:
+            if not memo.covers(gpu_cap, cost_cap):
                 continue
-            if result.values is None or (result.values.gpus <= gpu_cap
-                                         and result.values.comm_cost <= cost_cap):
-                return result
-        return None
+            values = memo.result.values
+            if values is None:
+                bound = max(bound, memo.step_cap)
+            elif values.gpus <= gpu_cap and values.comm_cost <= cost_cap:
+                return values.step_time_s, memo.result
+            else:
+                bound = max(bound, values.step_time_s)
+        return bound, None
 
     def min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         """The pair and solution of least step time under the caps (None if infeasible)."""
-        best: Candidate | None = None
-        for i, engine in enumerate(self.engines):
-            result = self._recall(i, gpu_cap, cost_cap)
-            if result is not None:
+        known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.engines))}
+        best: Solve | None = None
+        found: dict[int, Solve] = {}
+        for i in sorted(known, key=lambda j: known[j][0]):
+            bound, optimum = known[i]
+            cutoff = NO_CAP if best is None else best.values.step_time_s * (1 + FIX_SLACK)
+            if bound > cutoff:
                 self.stats.reused += 1
+                continue
+            if optimum is not None:
+                self.stats.reused += 1
+                result = optimum
             else:
-                result = self._solve(i, gpu_cap=gpu_cap, cost_cap=cost_cap)
-                self.memo[i].append((gpu_cap, cost_cap, result))
-            self.last[i] = result
-            if result.values is not None and (
-                    best is None or result.values.step_time_s < best.solve.values.step_time_s):
-                best = Candidate(result, engine.tables)
-        return best
-
-    def refine(self, step: float, gpu_cap: float, cost_cap: float) -> Candidate:
-        """Lexicographic stages 2 and 3 over every pair that reaches the least step time."""
-        step_cap = step * (1 + FIX_SLACK)
-        by_cost: list[Candidate] = []
-        for i, engine in enumerate(self.engines):
-            cached = self.last.get(i)
-            if cached is None or cached.values is None or cached.values.step_time_s > step_cap:
+                result = self._solve(i, gpu_cap=gpu_cap, cost_cap=cost_cap, step_cap=cutoff)
+                self.memo[i].append(Memo(gpu_cap, cost_cap, cutoff, result))
+            if result.values is None:
                 continue
-            result = self._solve(i, weights=(0.0, 0.0, 1.0), gpu_cap=gpu_cap,
-                                 cost_cap=cost_cap, step_cap=step_cap)
-            if result.values is not None:
-                by_cost.append(Candidate(result, engine.tables))
-        least_cost = min(c.solve.values.comm_cost for c in by_cost)
-        cost_fix = least_cost * (1 + FIX_SLACK) + 1e-12
-        best: Candidate | None = None
-        for candidate in by_cost:
-            if candidate.solve.values.comm_cost > cost_fix:
-                continue
-            index = next(i for i, e in enumerate(self.engines) if e.tables is candidate.tables)
-            result = self._solve(index, weights=(0.0, 1.0, 0.0), gpu_cap=gpu_cap,
-                                 cost_cap=cost_fix, step_cap=step_cap)
-            if result.values is not None and (
-                    best is None or result.values.gpus < best.solve.values.gpus):
-                best = Candidate(result, candidate.tables)
-        assert best is not None, "the lexicographic stages lost the step-time optimum"
-        return best
+            found[i] = result
+            if best is None or result.values.step_time_s < best.values.step_time_s:
+                best = result
+        if best is None:
+            return None
+        index = next(i for i, r in found.items() if r is best)
+        return Candidate(best, self.engines[index].tables)
 
 
 def check_values(tables: PairTables, result: Solve) -> None:
@@ -182,7 +188,7 @@ def _sweep(pool: PairPool, stats: SweepStats, start: float,
             best = pool.min_step(gpu_cap, cost_cap)
             if best is None:
                 break
-            point = pool.refine(best.solve.values.step_time_s, gpu_cap, cost_cap)
+            point = best
             found.append(point)
             pool.candidates.append(point)
             cost = point.solve.values.comm_cost

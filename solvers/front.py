@@ -136,3 +136,12 @@ def versions() -> dict[str, str]:
 def command_line(module: str) -> str:
     """The command that is running, as a user would type it."""
     return " ".join(["python -m", module, *sys.argv[1:]])
+
+
+def fronts_agree(a: Front, b: Front, rtol: float = 1e-6) -> bool:
+    """Whether two fronts have the same objective vectors, point for point (within rtol)."""
+    x, y = a.objectives, b.objectives
+    if x.shape != y.shape:
+        return False
+    x, y = x[np.lexsort(x.T[::-1])], y[np.lexsort(y.T[::-1])]
+    return bool(np.all(np.abs(x - y) <= rtol * np.maximum(np.abs(y), 1e-3)))
