@@ -6,18 +6,17 @@ Malformed input gives one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from formulation.evaluator import robust_instance
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.result import evaluate
-from formulation.schema import InputError, dumps
+from formulation.schema import CliParser, InputError, dumps
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m formulation.evaluate",
+    parser = CliParser(prog="python -m formulation.evaluate",
                                      description="Evaluate a training plan on an instance.")
     parser.add_argument("instance", help="instance JSON file")
     parser.add_argument("plan", help="plan JSON file")

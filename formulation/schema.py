@@ -7,6 +7,7 @@ with a traceback from deep inside the evaluator.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -14,7 +15,7 @@ import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 class InputError(ValueError):
@@ -200,3 +201,10 @@ def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bo
             out.append(cell)
         rows.append(out)
     return rows
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse with the project's error convention: one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")

@@ -17,7 +17,7 @@ import numpy as np
 
 from formulation.instance import Domain, GpuSpec, Instance, Links, SearchSpace, Training
 from formulation.presets import gpu_preset, model_preset
-from formulation.schema import InputError
+from formulation.schema import CliParser, InputError
 from instances.topologies import TOPOLOGIES, Network
 from instances.traces import generate_trace
 
@@ -133,7 +133,7 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="python -m instances.generate",
         description="Generate a seeded cross-domain training scenario (instance JSON).")
     parser.add_argument("--domains", type=int, required=True, help="number of domains K (5..20)")

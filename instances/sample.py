@@ -9,7 +9,6 @@ simulation check a spread of realistic plans, and a new user a plan to start fro
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import numpy as np
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
-from formulation.schema import InputError
+from formulation.schema import CliParser, InputError
 
 
 def split_layers(total: int, weights: np.ndarray) -> list[int]:
@@ -154,7 +153,7 @@ def best_single_domain(instance: Instance) -> tuple[Plan | None, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m instances.sample",
+    parser = CliParser(prog="python -m instances.sample",
                                      description="Write a random feasible plan for an instance.")
     parser.add_argument("instance", type=Path)
     parser.add_argument("--out", type=Path, required=True)

@@ -15,7 +15,6 @@ and the figures that admitted it are written to the suite's ``manifest.json``.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import time
@@ -27,7 +26,7 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance, SearchSpace
-from formulation.schema import write_json_atomic
+from formulation.schema import CliParser, write_json_atomic
 from instances.generate import generate_instance
 from instances.sample import best_single_domain, chain_plans, feasible_sample
 
@@ -153,7 +152,7 @@ def suite_paths(name: str, root: Path = SUITES_DIR) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m instances.suites",
+    parser = CliParser(prog="python -m instances.suites",
                                      description="Regenerate the committed benchmark suites.")
     parser.add_argument("--suite", choices=["quick", "bench", "all"], default="all")
     parser.add_argument("--out", type=Path, default=SUITES_DIR)

@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import moocore
 import numpy as np
@@ -31,7 +30,7 @@ import numpy as np
 from formulation.batch import RECOMPUTE_CODE, PlanBatch
 from formulation.evaluator import evaluate_batch
 from formulation.instance import Instance
-from formulation.schema import InputError
+from formulation.schema import CliParser, InputError
 from solvers.front import Front, FrontPoint, command_line, nondominated_mask, versions
 
 DEFAULT_LIMIT = 5_000_000
@@ -218,16 +217,8 @@ def brute_force_front(instance: Instance, limit: int = DEFAULT_LIMIT, *,
     return Front(instance.name, "exact", points, provenance).sorted()
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one ``error:`` line and exit 2, like every other bad input."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CliParser(
         prog="python -m solvers.bruteforce",
         description="Exact Pareto front of a tiny instance by evaluating every plan.")
     parser.add_argument("instance", type=Path, help="instance JSON file")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from formulation.instance import Instance
-from formulation.schema import InputError
+from formulation.schema import CliParser, InputError
 from solvers.epsilon import epsilon_front
 from solvers.front import Front, command_line, versions
 from solvers.tables import all_pair_tables
@@ -107,7 +107,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m solvers.exact",
+    parser = CliParser(prog="python -m solvers.exact",
                                      description="Exact Pareto front of an instance.")
     parser.add_argument("instance", nargs="?", type=Path, help="instance JSON")
     parser.add_argument("--suite", choices=["quick", "bench"],

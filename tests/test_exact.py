@@ -1,0 +1,134 @@
+"""The exact MILP fronts: brute-force agreement, run-time checks, limits, golden optima, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from formulation.evaluator import evaluate_batch
+from formulation.instance import Instance, SearchSpace
+from formulation.result import evaluate
+from instances.suites import suite_paths
+from instances.tiny import tiny_instance
+from solvers.bruteforce import brute_force_front, enumerate_plans
+from solvers.engine import ModelValues
+from solvers.epsilon import ModelMismatch, check_values
+from solvers.exact import exact_front
+from solvers.front import Front, fronts_agree
+from solvers.highs import HighsEngine
+from solvers.tables import all_pair_tables, pair_tables
+
+TINY = [dict(domains=4, layers=12, free_gpus=(1, 1, 1, 1)),  # cross-domain points on the front
+        dict(domains=3, layers=8, free_gpus=(2, 2, 2)),
+        dict(domains=3, layers=6)]  # larger fronts, single-domain
+
+
+@pytest.fixture(scope="module", params=[(0, 0), (0, 3), (1, 1), (2, 2)],
+                ids=lambda p: f"variant{p[0]}-seed{p[1]}")
+def tiny_fronts(request):
+    variant, seed = request.param
+    instance = tiny_instance(seed, **TINY[variant])
+    return instance, exact_front(instance), brute_force_front(instance)
+
+
+def test_milp_front_equals_brute_force_point_for_point(tiny_fronts):
+    _, exact, brute = tiny_fronts
+    assert exact.status == "exact"
+    assert len(exact.points) >= 2
+    assert fronts_agree(exact, brute)
+
+
+def test_no_enumerated_plan_dominates_a_milp_point(tiny_fronts):
+    instance, exact, _ = tiny_fronts
+    points = exact.objectives
+    for batch in enumerate_plans(instance):
+        result = evaluate_batch(instance, batch)
+        objectives = result.objectives[result.feasible]
+        dominates = (np.all(objectives[:, None, :] <= points[None, :, :] * (1 + 1e-9), axis=2)
+                     & np.any(objectives[:, None, :] < points[None, :, :] * (1 - 1e-9), axis=2))
+        assert not dominates.any()
+
+
+def test_front_points_re_evaluate_to_their_objectives(tiny_fronts):
+    instance, exact, _ = tiny_fronts
+    for point in exact.points:
+        evaluation = evaluate(instance, point.plan)
+        assert evaluation.feasible
+        assert np.allclose(evaluation.objectives, point.objectives, rtol=1e-9, atol=0)
+
+
+def test_cross_domain_points_exist_on_the_scarce_variant():
+    instance = tiny_instance(0, **TINY[0])
+    front = exact_front(instance)
+    assert any(p.objectives[2] > 0 for p in front.points)
+    assert any(p.objectives[2] == 0 for p in front.points)
+
+
+def test_run_time_check_rejects_a_model_that_disagrees_with_the_evaluator():
+    tables = all_pair_tables(tiny_instance(0, **TINY[2]))[0]
+    solve = HighsEngine(tables).solve()
+    check_values(tables, solve)  # the genuine solution passes
+    wrong = dataclasses.replace(solve, values=ModelValues(
+        solve.values.step_time_s * 1.001, solve.values.gpus, solve.values.comm_cost))
+    with pytest.raises(ModelMismatch, match="step_time_s"):
+        check_values(tables, wrong)
+
+
+def test_a_time_limit_gives_a_best_known_front_never_exact():
+    instance = Instance.load(suite_paths("quick")[0])
+    front = exact_front(instance, time_limit=0.5)
+    assert front.status == "best_known"
+    assert front.provenance["complete"] is False or front.provenance["limited_solves"] > 0
+
+
+# Golden optimal step times: (quick instance, caps) -> least step time, found by HiGHS and
+# checked against the evaluator when they were recorded. A change in the cost model or the
+# formulation that moves them must be deliberate.
+GOLDEN_SPACE = SearchSpace(dp=(2,), tp=(2, 4), micro_batch=(1,), recompute=("none", "full"),
+                           max_stages=3)
+GOLDEN = [
+    (0, {}, 84.05146335896485, 24),
+    (0, {"gpu_cap": 12}, 114.32533877205825, 12),
+    (2, {"cost_cap": 1.0}, 136.1637354932773, 16),
+]
+
+
+@pytest.mark.parametrize(("index", "caps", "step", "gpus"), GOLDEN,
+                         ids=[f"quick{i}-{c}" for i, c, _, _ in GOLDEN])
+def test_golden_optimal_step_times(index, caps, step, gpus):
+    instance = Instance.load(suite_paths("quick")[index]).replace(search=GOLDEN_SPACE)
+    solve = HighsEngine(pair_tables(instance, 2, 1)).solve(**caps)
+    assert solve.status == "optimal"
+    assert solve.values.step_time_s == pytest.approx(step, rel=1e-6)
+    assert solve.values.gpus == gpus
+    assert evaluate(instance, solve.plan).step_time_s == pytest.approx(step, rel=1e-6)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "solvers.exact", *args],
+                          capture_output=True, text=True)
+
+
+def test_cli_writes_a_front_and_exports_models(tmp_path):
+    instance = tiny_instance(1, **TINY[1])
+    path = tmp_path / "tiny.json"
+    instance.save(path)
+    done = _cli(str(path), "--out", str(tmp_path / "front.json"), "--export", "lp")
+    assert done.returncode == 0, done.stderr
+    front = Front.load(tmp_path / "front.json", instance)
+    assert front.status == "exact" and front.points
+    assert np.all(np.array(front.normalisation["hv_reference"])
+                  >= np.array(front.normalisation["nadir"]))
+    assert sorted(p.suffix for p in tmp_path.glob("front-dp*.lp"))
+
+
+@pytest.mark.parametrize("args", [["missing.json"], ["--engine", "gurobi"]])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args):
+    done = _cli(*args, "--out", str(tmp_path / "x.json"))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") <= 2
+    assert not (tmp_path / "x.json").exists()
