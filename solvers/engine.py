@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from formulation.plan import Plan
 
+NO_CAP = 1e12  # caps at or above this are treated as absent
+
 
 @dataclass(frozen=True)
 class ModelValues:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from formulation.result import evaluate
-from solvers.engine import Solve
+from solvers.engine import NO_CAP, Solve
 from solvers.tables import PairTables
 
 # Relative slack for ties in step time, and the step below a found cost for the next sweep;
@@ -29,7 +29,6 @@ from solvers.tables import PairTables
 FIX_SLACK = 1e-9
 COST_STEP = 1e-7
 VALUE_TOLERANCE = 1e-6
-NO_CAP = 1e12
 
 
 class OutOfTime(Exception):

@@ -16,7 +16,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
-from solvers.engine import Solve
+from solvers.engine import NO_CAP, Solve
 from solvers.milp import build_model, extract_plan, model_values
 from solvers.tables import PairTables
 
@@ -53,9 +53,15 @@ class HighsEngine:
         model = self.model
         for i, w in enumerate(weights):
             model.weights[i] = float(w)
-        model.gpu_cap = 1e12 if gpu_cap is None else float(gpu_cap)
-        model.cost_cap = 1e12 if cost_cap is None else float(cost_cap)
-        model.step_cap = 1e12 if step_cap is None else float(step_cap)
+        set_cap(model.gpu_cap, model.gpu_cap_con, gpu_cap)
+        set_cap(model.cost_cap, model.cost_cap_con, cost_cap)
+        set_cap(model.step_cap, model.step_cap_con, step_cap)
+        # The period bound only exists with a step cap (a huge coefficient in its place
+        # would wreck the numerics: HiGHS then reported feasible models infeasible).
+        period_cap = None
+        if step_cap is not None and step_cap < NO_CAP and self.tables.micro_batches > 1:
+            period_cap = float(step_cap) / (self.tables.micro_batches - 1)
+        set_cap(model.period_cap, model.period_layers, period_cap)
         limit = time_limit if time_limit is not None else self.time_limit
         start = time.perf_counter()
         result = self.solver.solve(
@@ -77,6 +83,15 @@ class HighsEngine:
         result.solution_loader.load_vars()
         return Solve(status, extract_plan(model, self.tables), model_values(model, self.tables),
                      float(result.incumbent_objective), _float(result.objective_bound), wall)
+
+
+def set_cap(param, constraint, value: float | None) -> None:
+    """Activate a cap constraint at ``value``, or deactivate it (None or no real cap)."""
+    if value is None or value >= NO_CAP:
+        constraint.deactivate()
+    else:
+        param.set_value(float(value))
+        constraint.activate()
 
 
 def _float(value) -> float | None:

@@ -30,10 +30,8 @@ import numpy as np
 import pyomo.environ as pyo
 
 from formulation.plan import Plan, Stage
-from solvers.engine import ModelValues
+from solvers.engine import NO_CAP, ModelValues
 from solvers.tables import PairTables
-
-BIG_CAP = 1e12  # a cap that does not bind
 
 
 def build_model(tables: PairTables) -> pyo.ConcreteModel:
@@ -169,9 +167,15 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
         + model.allreduce + model.optimizer))
 
     # Caps (mutable for the epsilon-constraint method) and the instance's own constraints.
-    model.gpu_cap = pyo.Param(mutable=True, initialize=BIG_CAP)
-    model.cost_cap = pyo.Param(mutable=True, initialize=BIG_CAP)
-    model.step_cap = pyo.Param(mutable=True, initialize=BIG_CAP)
+    model.gpu_cap = pyo.Param(mutable=True, initialize=NO_CAP)
+    model.cost_cap = pyo.Param(mutable=True, initialize=NO_CAP)
+    model.step_cap = pyo.Param(mutable=True, initialize=NO_CAP)
+    # With a step-time cap the period is at most cap / (m - 1), so no stage can carry more
+    # layers than fit in that period: a cap on n per unit of z that is far tighter in the LP
+    # relaxation than the memory cap when the pool prunes with a good incumbent.
+    model.period_cap = pyo.Param(mutable=True, initialize=NO_CAP)
+    model.period_layers = pyo.Constraint(model.cells, rule=lambda m_, p, k, o: (
+        float(t.layer_time[o]) * m_.n[p, k, o] <= m_.period_cap * m_.z[p, k, o]))
     model.gpu_cap_con = pyo.Constraint(expr=model.gpus <= model.gpu_cap)
     model.cost_cap_con = pyo.Constraint(expr=model.cost <= model.cost_cap)
     model.step_cap_con = pyo.Constraint(expr=model.step_time <= model.step_cap)
