@@ -132,3 +132,16 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and done.stderr.count("\n") <= 2
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("constraints", [{"wan_share_cap": 0.3}, {"cost_budget": 0.05}],
+                         ids=["wan-cap", "cost-budget"])
+@pytest.mark.parametrize("engine", ["highs", "cpsat"])
+def test_optional_constraints_match_brute_force(constraints, engine):
+    """SPEC 5's optional WAN share cap and cost budget, binding on this instance."""
+    from formulation.instance import Constraints
+
+    instance = tiny_instance(4, **TINY[0]).replace(constraints=Constraints(**constraints))
+    exact = exact_front(instance, engine)
+    assert exact.status == "exact"
+    assert fronts_agree(exact, brute_force_front(instance))
