@@ -55,8 +55,9 @@ class Slot:
                                  free_share_range=self.free_share_range, search=self.search)
 
 
-QUICK_SEARCH = SearchSpace(dp=(1, 2, 4), tp=(1, 2, 4, 8), micro_batch=(1, 2),
-                           recompute=("none", "selective", "full"), max_stages=4)
+# Small enough that an exact front takes seconds to a couple of minutes on 2 cores.
+QUICK_SEARCH = SearchSpace(dp=(1, 2, 4), tp=(2, 4, 8), micro_batch=(1,),
+                           recompute=("none", "full"), max_stages=3)
 BENCH_SEARCH = SearchSpace()
 # Installed GPUs and free share per domain, per (model, topology): small enough that no
 # single domain holds the job comfortably, which is the situation cross-domain planning is

@@ -26,7 +26,7 @@ from solvers.epsilon import epsilon_front
 from solvers.front import Front, command_line, versions
 from solvers.tables import all_pair_tables
 
-ENGINES = ("highs", "cpsat")
+ENGINES = ("highs", "cpsat", "portfolio")
 HV_REFERENCE_MARGIN = 0.1  # reference point = nadir + 10 % of the front's range
 
 
@@ -39,6 +39,10 @@ def make_engine(name: str, tables, threads: int):
         from solvers.cpsat import CpSatEngine
 
         return CpSatEngine(tables, workers=threads)
+    if name == "portfolio":
+        from solvers.portfolio import PortfolioEngine
+
+        return PortfolioEngine(tables, threads=threads)
     raise InputError(f"--engine must be one of {list(ENGINES)}, got {name!r}")
 
 
@@ -69,6 +73,7 @@ def exact_front(instance: Instance, engine: str = "highs", time_limit: float | N
                        "pairs": [[e.tables.dp, e.tables.micro_batch] for e in engines]},
         "wall_time_s": round(time.perf_counter() - start, 3),
         "solves": stats.solves, "reused_solves": stats.reused,
+        "handed_to_highs": sum(getattr(e, "handed_over", 0) for e in engines),
         "solve_time_s": round(stats.solve_time_s, 3),
         "limited_solves": stats.limited, "complete": stats.complete,
         "mip_gaps": [p.mip_gap for p in front.points],
@@ -119,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds for the whole front; past it the front is best_known")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--export", choices=["mps", "lp"], help="also write the models")
+    parser.add_argument("--match", action="append", default=[],
+                        help="with --suite: only instances whose name contains this (repeatable)")
+    parser.add_argument("--skip-existing", action="store_true",
+                        help="with --suite: keep fronts already in --out")
     parser.add_argument("--verbose", action="store_true", help="print each point found")
     args = parser.parse_args(argv)
     if (args.instance is None) == (args.suite is None):
@@ -128,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
             from instances.suites import suite_paths
 
             for path in suite_paths(args.suite):
-                _run_one(path, args.out / f"{path.stem}.front.json", args)
+                out = args.out / f"{path.stem}.front.json"
+                if args.match and not any(m in path.stem for m in args.match):
+                    continue
+                if args.skip_existing and out.exists():
+                    continue
+                _run_one(path, out, args)
         else:
             _run_one(args.instance, args.out, args)
     except InputError as err:

@@ -1,0 +1,75 @@
+"""The committed reference fronts: valid, non-dominated, reproducible (SPEC 7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from formulation.evaluator import evaluate_plans
+from formulation.instance import Instance
+from formulation.result import evaluate
+from instances.sample import chain_plans, feasible_sample
+from instances.suites import SUITES_DIR
+from solvers.exact import exact_front
+from solvers.front import Front, fronts_agree, nondominated_mask
+
+FRONTS_DIR = Path(__file__).resolve().parent.parent / "instances" / "fronts"
+FRONTS = sorted(FRONTS_DIR.glob("*/*.front.json"))
+
+
+def _load(path: Path) -> tuple[Instance, Front]:
+    suite = path.parent.name
+    instance = Instance.load(SUITES_DIR / suite / path.name.replace(".front.json", ".json"))
+    return instance, Front.load(path, instance)
+
+
+def test_every_quick_instance_has_a_front():
+    quick = {p.name.replace(".front.json", "") for p in FRONTS if p.parent.name == "quick"}
+    instances = {p.stem for p in (SUITES_DIR / "quick").glob("*.json") if p.stem != "manifest"}
+    assert quick == instances
+
+
+@pytest.mark.parametrize("path", FRONTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_stored_points_re_evaluate_and_are_non_dominated(path):
+    instance, front = _load(path)
+    assert front.status in ("exact", "best_known")
+    assert front.points
+    for key in ("command", "versions", "parameters", "wall_time_s", "mip_gaps"):
+        assert key in front.provenance
+    stored = front.objectives
+    assert nondominated_mask(stored).all()
+    for point in front.points:
+        evaluation = evaluate(instance, point.plan)
+        assert evaluation.feasible, evaluation.violations
+        assert np.allclose(evaluation.objectives, point.objectives, rtol=1e-6, atol=1e-9)
+    norm = front.normalisation
+    assert np.all(np.array(norm["ideal"]) <= np.array(norm["nadir"]))
+    assert np.all(np.array(norm["nadir"]) <= np.array(norm["hv_reference"]))
+
+
+@pytest.mark.parametrize("path", FRONTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_sampled_plan_dominates_a_reference_point(path):
+    instance, front = _load(path)
+    plans = feasible_sample(instance, 200, seed=0, candidates=2000) + chain_plans(instance)
+    result = evaluate_plans(instance, plans)
+    sampled = result.objectives[result.feasible]
+    points = front.objectives
+    better = (np.all(sampled[:, None, :] <= points[None] * (1 + 1e-9), axis=2)
+              & np.any(sampled[:, None, :] < points[None] * (1 - 1e-9), axis=2))
+    assert not better.any()
+
+
+def _cheapest_quick(count: int) -> list[Path]:
+    quick = [p for p in FRONTS if p.parent.name == "quick"]
+    return sorted(quick, key=lambda p: json.loads(p.read_text())["provenance"]
+                  ["wall_time_s"])[:count]
+
+
+@pytest.mark.parametrize("path", _cheapest_quick(2), ids=lambda p: p.name)
+def test_quick_fronts_recompute_to_the_committed_ones(path):
+    instance, committed = _load(path)
+    engine = committed.provenance["parameters"]["engine"]
+    assert fronts_agree(exact_front(instance, engine), committed)
