@@ -6,33 +6,33 @@ Malformed input gives one line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from formulation.evaluator import robust_instance
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.result import evaluate
-from formulation.schema import CliParser, InputError, dumps
+from formulation.schema import CliParser, dumps, run_cli
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m formulation.evaluate",
-                                     description="Evaluate a training plan on an instance.")
+                       description="Evaluate a training plan on an instance.")
     parser.add_argument("instance", help="instance JSON file")
     parser.add_argument("plan", help="plan JSON file")
     parser.add_argument("--robust", action="store_true",
                         help="evaluate at worst-case link bandwidth and latency")
     args = parser.parse_args(argv)
-    try:
-        instance = Instance.load(args.instance)
-        plan = Plan.load(args.plan, instance)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _evaluate(args))
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    instance = Instance.load(args.instance)
+    plan = Plan.load(args.plan, instance)
     if args.robust:
         instance = robust_instance(instance)
     sys.stdout.write(dumps(evaluate(instance, plan).to_dict()))
-    return 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -208,3 +209,18 @@ class CliParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def run_cli(body: Callable[[], int | None]) -> int:
+    """Run a command's body with the project's error convention: bad input (an
+    :class:`InputError`, or a file that cannot be read or written) gives one line on stderr
+    and exit code 2, never a traceback."""
+    try:
+        return body() or 0
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        where = f"{str(err.filename)!r}: " if err.filename else ""
+        print(f"error: cannot access {where}{err.strerror or err}", file=sys.stderr)
+        return 2

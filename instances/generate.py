@@ -17,7 +17,7 @@ import numpy as np
 
 from formulation.instance import Domain, GpuSpec, Instance, Links, SearchSpace, Training
 from formulation.presets import gpu_preset, model_preset
-from formulation.schema import CliParser, InputError
+from formulation.schema import CliParser, InputError, run_cli
 from instances.topologies import TOPOLOGIES, Network
 from instances.traces import generate_trace
 
@@ -151,16 +151,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 for any bad argument, no traceback)."""
     args = _parser().parse_args(argv)
-    try:
-        instance = generate_instance(args.domains, args.model, args.seed, args.topology,
-                                     args.trace, gpu=args.gpu, global_batch=args.global_batch)
-        instance.save(args.out)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: cannot write {str(args.out)!r}: {err.strerror or err}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _generate(args))
+
+
+def _generate(args: argparse.Namespace) -> int:
+    instance = generate_instance(args.domains, args.model, args.seed, args.topology,
+                                 args.trace, gpu=args.gpu, global_batch=args.global_batch)
+    instance.save(args.out)
     free = sum(d.free_gpus for d in instance.domains)
     total = sum(d.gpus for d in instance.domains)
     print(f"{instance.name}: K={instance.num_domains}, {free} free GPUs of {total}, "

@@ -9,6 +9,7 @@ simulation check a spread of realistic plans, and a new user a plan to start fro
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
-from formulation.schema import CliParser, InputError
+from formulation.schema import CliParser, run_cli
 
 
 def split_layers(total: int, weights: np.ndarray) -> list[int]:
@@ -154,25 +155,21 @@ def best_single_domain(instance: Instance) -> tuple[Plan | None, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m instances.sample",
-                                     description="Write a random feasible plan for an instance.")
+                       description="Write a random feasible plan for an instance.")
     parser.add_argument("instance", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
-        instance = Instance.load(args.instance)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _sample(args))
+
+
+def _sample(args: argparse.Namespace) -> int:
+    instance = Instance.load(args.instance)
     plans = feasible_sample(instance, 1, args.seed)
     if not plans:
         print(f"error: no feasible plan found for {args.instance}", file=sys.stderr)
         return 1
-    try:
-        plans[0].save(args.out, instance)
-    except OSError as err:
-        print(f"error: cannot write {str(args.out)!r}: {err.strerror or err}", file=sys.stderr)
-        return 2
+    plans[0].save(args.out, instance)
     print(f"plan with {plans[0].num_stages} stages over domains "
           f"{[instance.domains[k].name for k in plans[0].domains_used()]} written to {args.out}")
     return 0

@@ -30,7 +30,7 @@ import numpy as np
 from formulation.batch import RECOMPUTE_CODE, PlanBatch
 from formulation.evaluator import evaluate_batch
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError
+from formulation.schema import CliParser, InputError, run_cli
 from solvers.front import Front, FrontPoint, command_line, nondominated_mask, versions
 
 DEFAULT_LIMIT = 5_000_000
@@ -231,17 +231,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 for any bad input, no traceback)."""
     args = _parser().parse_args(argv)
-    try:
-        instance = Instance.load(args.instance)
-        front = brute_force_front(instance, args.limit,
-                                  command=command_line("solvers.bruteforce"))
-        front.save(args.out, instance)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: cannot write {str(args.out)!r}: {err.strerror or err}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    instance = Instance.load(args.instance)
+    front = brute_force_front(instance, args.limit, command=command_line("solvers.bruteforce"))
+    front.save(args.out, instance)
     p = front.provenance
     print(f"{instance.name}: {len(front.points)} front points from {p['plans_evaluated']:,} "
           f"plans ({p['feasible_plans']:,} feasible) in {p['wall_time_s']:.2f} s, "

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError
+from formulation.schema import CliParser, InputError, run_cli
 from solvers.epsilon import epsilon_front
 from solvers.front import Front, command_line, versions
 from solvers.tables import all_pair_tables
@@ -132,26 +132,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.instance is None) == (args.suite is None):
         parser.error("give either INSTANCE or --suite")
-    try:
-        if args.suite:
-            from instances.suites import suite_paths
+    return run_cli(lambda: _run(args))
 
-            for path in suite_paths(args.suite):
-                out = args.out / f"{path.stem}.front.json"
-                if args.match and not any(m in path.stem for m in args.match):
-                    continue
-                if args.skip_existing and out.exists():
-                    continue
-                _run_one(path, out, args)
-        else:
-            _run_one(args.instance, args.out, args)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    return 0
+
+def _run(args: argparse.Namespace) -> None:
+    if args.instance is not None:
+        _run_one(args.instance, args.out, args)
+        return
+    from instances.suites import suite_paths
+
+    for path in suite_paths(args.suite):
+        out = args.out / f"{path.stem}.front.json"
+        if args.match and not any(m in path.stem for m in args.match):
+            continue
+        if args.skip_existing and out.exists():
+            continue
+        _run_one(path, out, args)
 
 
 if __name__ == "__main__":
