@@ -22,7 +22,8 @@ import numpy as np
 
 from formulation.instance import Instance
 from formulation.schema import CliParser, InputError, run_cli
-from solvers.epsilon import epsilon_front
+from solvers.engine import Solve
+from solvers.epsilon import check_values, epsilon_front
 from solvers.front import Front, command_line, versions
 from solvers.tables import all_pair_tables
 
@@ -44,6 +45,27 @@ def make_engine(name: str, tables, threads: int):
 
         return PortfolioEngine(tables, threads=threads)
     raise InputError(f"--engine must be one of {list(ENGINES)}, got {name!r}")
+
+
+def best_plan(instance: Instance, weights: tuple[float, float, float] = (1.0, 0.0, 0.0),
+              gpu_cap: float | None = None, cost_cap: float | None = None,
+              engine: str = "highs", threads: int = 1) -> Solve | None:
+    """The optimum over all (dp, micro-batch) pairs of ``w . (step_time_s, gpus, comm_cost)``
+    under optional caps: min step time by default, any weighted scalarisation otherwise.
+    None if no plan satisfies the caps. The returned values were checked against the
+    evaluator."""
+    best: Solve | None = None
+    best_value = float("inf")
+    for tables in all_pair_tables(instance):
+        result = make_engine(engine, tables, threads).solve(weights, gpu_cap, cost_cap)
+        if result.values is None:
+            continue
+        check_values(tables, result)
+        v = result.values
+        value = weights[0] * v.step_time_s + weights[1] * v.gpus + weights[2] * v.comm_cost
+        if value < best_value:
+            best, best_value = result, value
+    return best
 
 
 def normalisation(front: Front) -> dict:

@@ -145,3 +145,20 @@ def test_optional_constraints_match_brute_force(constraints, engine):
     exact = exact_front(instance, engine)
     assert exact.status == "exact"
     assert fronts_agree(exact, brute_force_front(instance))
+
+
+@pytest.mark.parametrize("weights", [(1.0, 0.0, 0.0), (1.0, 0.5, 10.0), (0.2, 1.0, 50.0)])
+def test_weighted_scalarisation_matches_brute_force(weights):
+    from solvers.exact import best_plan
+
+    instance = tiny_instance(3, **TINY[0])
+    best = np.inf
+    for batch in enumerate_plans(instance):
+        result = evaluate_batch(instance, batch)
+        values = result.objectives[result.feasible] @ np.array(weights)
+        if len(values):
+            best = min(best, values.min())
+    solve = best_plan(instance, weights)
+    v = solve.values
+    assert weights[0] * v.step_time_s + weights[1] * v.gpus + weights[2] * v.comm_cost == (
+        pytest.approx(best, rel=1e-6))
