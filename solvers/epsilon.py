@@ -135,7 +135,14 @@ class PairPool:
                 self.stats.reused += 1
                 result = optimum
             else:
-                result = self._solve(i, gpu_cap=gpu_cap, cost_cap=cost_cap, step_cap=cutoff)
+                try:
+                    result = self._solve(i, gpu_cap=gpu_cap, cost_cap=cost_cap,
+                                         step_cap=cutoff)
+                except OutOfTime:
+                    if best is not None:  # keep what this search found: it is feasible
+                        index = next(j for j, r in found.items() if r is best)
+                        self.candidates.append(Candidate(best, self.engines[index].tables))
+                    raise
                 self.memo[i].append(Memo(gpu_cap, cost_cap, cutoff, result))
             if result.values is None:
                 continue
