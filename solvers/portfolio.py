@@ -39,5 +39,11 @@ class PortfolioEngine:
         self.handed_over += 1
         left = None if time_limit is None else max(0.01, time_limit - first.wall_time_s)
         second = self.highs.solve(weights, gpu_cap, cost_cap, step_cap, time_limit=left)
+        wall = time.perf_counter() - start
+        if second.values is None and first.values is not None and second.status != "infeasible":
+            # HiGHS stopped without an incumbent: keep CP-SAT's, with the better bound.
+            bounds = [b for b in (first.bound, second.bound) if b is not None]
+            return Solve("time_limit", first.plan, first.values, first.objective,
+                         max(bounds) if bounds else None, wall)
         return Solve(second.status, second.plan, second.values, second.objective,
-                     second.bound, time.perf_counter() - start)
+                     second.bound, wall)
