@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-import pyomo.environ as pyo
 from pyomo.contrib.solver.common.results import TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
@@ -97,6 +96,3 @@ def set_cap(param, constraint, value: float | None) -> None:
 def _float(value) -> float | None:
     return None if value is None else float(value)
 
-
-def objective_value(model: pyo.ConcreteModel) -> float:
-    return float(pyo.value(model.objective))

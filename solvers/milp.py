@@ -26,7 +26,6 @@ constraints, with the SPEC sections they state:
 
 from __future__ import annotations
 
-import numpy as np
 import pyomo.environ as pyo
 
 from formulation.plan import Plan, Stage
@@ -257,7 +256,3 @@ def model_values(model: pyo.ConcreteModel, tables: PairTables) -> ModelValues:
     return ModelValues(step_time_s=float(step), gpus=int(round(pyo.value(model.gpus))),
                        comm_cost=float(pyo.value(model.cost)))
 
-
-def solution_is_integral(model: pyo.ConcreteModel) -> bool:
-    values = np.array([pyo.value(model.z[c]) for c in model.cells])
-    return bool(np.all(np.minimum(np.abs(values), np.abs(values - 1)) < 1e-5))
