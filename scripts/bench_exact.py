@@ -4,7 +4,8 @@
     python scripts/bench_exact.py --fronts instances/fronts/quick
 
 The first form takes the first bench instance of each K, builds the MILP of its largest
-(dp, micro-batch) pair and times one min-step-time solve per engine (status, gap). The
+(or, with ``--pair smallest``, its smallest) (dp, micro-batch) pair and times one
+min-step-time solve per engine (status, gap). The
 second prints, for committed fronts, points, status, solves and time per front and per point.
 Targets (issue 3): quick fronts <= 60 s; K = 10 bench fronts exact <= 15 min; K = 20 best
 known within 1 h with gaps reported.
@@ -23,16 +24,17 @@ from solvers.exact import make_engine
 from solvers.tables import all_pair_tables
 
 
-def solve_table(time_limit: float, engines: list[str]) -> None:
+def solve_table(time_limit: float, engines: list[str], pair: str, ks: set[int] | None) -> None:
     seen = set()
     print(f"{'K':>3} {'instance':32} {'pair':>7} {'vars':>6} {'cons':>6} {'build':>6} "
           f"{'engine':>7} {'status':>10} {'solve s':>8} {'step s':>9} {'gap':>8}")
     for path in suite_paths("bench"):
         instance = Instance.load(path)
-        if instance.num_domains in seen:
+        if instance.num_domains in seen or (ks and instance.num_domains not in ks):
             continue
         seen.add(instance.num_domains)
-        tables = max(all_pair_tables(instance), key=lambda t: (t.dp, t.micro_batch))
+        pairs = sorted(all_pair_tables(instance), key=lambda t: (t.dp, t.micro_batch))
+        tables = pairs[-1] if pair == "largest" else pairs[0]
         for name in engines:
             start = time.perf_counter()
             engine = make_engine(name, tables, 1)
@@ -66,11 +68,15 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--engines", default="highs,cpsat")
     parser.add_argument("--fronts", type=Path, help="print the cost of committed fronts")
+    parser.add_argument("--pair", choices=["largest", "smallest"], default="largest",
+                        help="which (dp, micro-batch) pair to time (smallest: dp 1, b 1)")
+    parser.add_argument("--k", type=int, action="append", help="only these K (repeatable)")
     args = parser.parse_args()
     if args.fronts:
         front_table(args.fronts)
     else:
-        solve_table(args.time_limit, args.engines.split(","))
+        solve_table(args.time_limit, args.engines.split(","), args.pair,
+                    set(args.k) if args.k else None)
 
 
 if __name__ == "__main__":
