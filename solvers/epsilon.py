@@ -81,19 +81,24 @@ class PairPool:
     a step-time cap at that best, which lets the solver prune.
     """
 
-    def __init__(self, engines: list, stats: SweepStats, deadline: float | None = None):
+    def __init__(self, engines: list, stats: SweepStats, deadline: float | None = None,
+                 solve_limit: float | None = None):
         self.engines = engines
         self.stats = stats
         self.deadline = deadline
+        self.solve_limit = solve_limit
         self.memo: dict[int, list[Memo]] = {i: [] for i in range(len(engines))}
         self.candidates: list[Candidate] = []
 
     def _solve(self, i: int, **caps) -> Solve:
+        limits = [] if self.solve_limit is None else [self.solve_limit]
         if self.deadline is not None:
             remaining = self.deadline - time.perf_counter()
             if remaining <= 0:
                 raise OutOfTime
-            caps["time_limit"] = remaining
+            limits.append(remaining)
+        if limits:
+            caps["time_limit"] = min(limits)
         result = self.engines[i].solve(**caps)
         self.stats.solves += 1
         self.stats.solve_time_s += result.wall_time_s
@@ -168,15 +173,19 @@ def check_values(tables: PairTables, result: Solve) -> None:
 
 
 def epsilon_front(engines: list, progress: Callable[[str], None] | None = None,
-                  time_limit: float | None = None) -> tuple[list[Candidate], SweepStats]:
+                  time_limit: float | None = None,
+                  solve_limit: float | None = None) -> tuple[list[Candidate], SweepStats]:
     """Candidates of the front (to be filtered for non-dominance) and solve statistics.
 
     With ``time_limit`` (seconds for the whole front) each solve gets the time that is left;
     when it runs out, the candidates found so far are returned and ``stats.complete`` is
-    False. A front is exact only if it completed and no solve stopped at a limit."""
+    False. ``solve_limit`` caps each solve; a solve stopped there continues the sweep from its
+    incumbent (a best-known sweep). A front is exact only if it completed and no solve
+    stopped at a limit."""
     stats = SweepStats()
     start = time.perf_counter()
-    pool = PairPool(engines, stats, None if time_limit is None else start + time_limit)
+    pool = PairPool(engines, stats, None if time_limit is None else start + time_limit,
+                    solve_limit)
     try:
         _sweep(pool, stats, start, progress)
     except OutOfTime:

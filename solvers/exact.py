@@ -80,10 +80,10 @@ def normalisation(front: Front) -> dict:
 
 def exact_front(instance: Instance, engine: str = "highs", time_limit: float | None = None,
                 threads: int = 1, progress: Callable[[str], None] | None = None,
-                command: str | None = None) -> Front:
+                command: str | None = None, solve_limit: float | None = None) -> Front:
     start = time.perf_counter()
     engines = [make_engine(engine, tables, threads) for tables in all_pair_tables(instance)]
-    candidates, stats = epsilon_front(engines, progress, time_limit)
+    candidates, stats = epsilon_front(engines, progress, time_limit, solve_limit)
     exact = stats.complete and stats.limited == 0
     plans = [c.solve.plan for c in candidates]
     gaps = [c.solve.gap for c in candidates]
@@ -91,7 +91,8 @@ def exact_front(instance: Instance, engine: str = "highs", time_limit: float | N
     front.provenance = {
         "command": command or f"solvers.exact.exact_front(engine={engine!r})",
         "versions": versions(),
-        "parameters": {"engine": engine, "time_limit_s": time_limit, "threads": threads,
+        "parameters": {"engine": engine, "time_limit_s": time_limit,
+                       "solve_limit_s": solve_limit, "threads": threads,
                        "pairs": [[e.tables.dp, e.tables.micro_batch] for e in engines]},
         "wall_time_s": round(time.perf_counter() - start, 3),
         "solves": stats.solves, "reused_solves": stats.reused,
@@ -126,7 +127,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace) -> None:
     front = exact_front(instance, args.engine, args.time_limit, args.threads,
                         progress=(lambda line: print("  " + line, file=sys.stderr))
                         if args.verbose else None,
-                        command=command_line("solvers.exact"))
+                        command=command_line("solvers.exact"), solve_limit=args.solve_limit)
     front.save(out, instance)
     print(f"{instance.name}: {len(front.points)} points, {front.status}, "
           f"{front.provenance['solves']} solves, {front.provenance['wall_time_s']:.1f} s "
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, default="highs")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds for the whole front; past it the front is best_known")
+    parser.add_argument("--solve-limit", type=float, default=None,
+                        help="seconds per solve; a sweep continues from incumbents (best_known)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--export", choices=["mps", "lp"], help="also write the models")
     parser.add_argument("--match", action="append", default=[],

@@ -162,3 +162,13 @@ def test_weighted_scalarisation_matches_brute_force(weights):
     v = solve.values
     assert weights[0] * v.step_time_s + weights[1] * v.gpus + weights[2] * v.comm_cost == (
         pytest.approx(best, rel=1e-6))
+
+
+def test_a_per_solve_limit_sweeps_on_from_incumbents():
+    instance = Instance.load(suite_paths("quick")[0])
+    front = exact_front(instance, "cpsat", solve_limit=0.05, threads=1)
+    assert front.status in ("best_known", "exact")
+    assert front.provenance["parameters"]["solve_limit_s"] == 0.05
+    assert front.points  # incumbents still give points
+    if front.status == "best_known":
+        assert front.provenance["limited_solves"] > 0
