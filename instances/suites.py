@@ -154,7 +154,7 @@ def suite_paths(name: str, root: Path = SUITES_DIR) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m instances.suites",
-                                     description="Regenerate the committed benchmark suites.")
+                       description="Regenerate the committed benchmark suites.")
     parser.add_argument("--suite", choices=["quick", "bench", "all"], default="all")
     parser.add_argument("--out", type=Path, default=SUITES_DIR)
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from formulation.result import evaluate
 from solvers.engine import NO_CAP, Solve
@@ -46,7 +46,6 @@ class SweepStats:
     solve_time_s: float = 0.0
     limited: int = 0  # solves that stopped at a limit (the front is then best known)
     complete: bool = True  # False if the front's time budget ran out
-    gaps: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -104,8 +103,6 @@ class PairPool:
         self.stats.solve_time_s += result.wall_time_s
         if result.status == "time_limit":
             self.stats.limited += 1
-        if result.gap is not None:
-            self.stats.gaps.append(result.gap)
         if result.plan is not None:
             check_values(self.engines[i].tables, result)
         return result
@@ -128,11 +125,10 @@ class PairPool:
     def min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         """The pair and solution of least step time under the caps (None if infeasible)."""
         known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.engines))}
-        best: Solve | None = None
-        found: dict[int, Solve] = {}
+        best: Candidate | None = None
         for i in sorted(known, key=lambda j: known[j][0]):
             bound, optimum = known[i]
-            cutoff = NO_CAP if best is None else best.values.step_time_s * (1 + FIX_SLACK)
+            cutoff = NO_CAP if best is None else best.solve.values.step_time_s * (1 + FIX_SLACK)
             if bound > cutoff:
                 self.stats.reused += 1
                 continue
@@ -145,19 +141,13 @@ class PairPool:
                                          step_cap=cutoff)
                 except OutOfTime:
                     if best is not None:  # keep what this search found: it is feasible
-                        index = next(j for j, r in found.items() if r is best)
-                        self.candidates.append(Candidate(best, self.engines[index].tables))
+                        self.candidates.append(best)
                     raise
                 self.memo[i].append(Memo(gpu_cap, cost_cap, cutoff, result))
-            if result.values is None:
-                continue
-            found[i] = result
-            if best is None or result.values.step_time_s < best.values.step_time_s:
-                best = result
-        if best is None:
-            return None
-        index = next(i for i, r in found.items() if r is best)
-        return Candidate(best, self.engines[index].tables)
+            if result.values is not None and (
+                    best is None or result.values.step_time_s < best.solve.values.step_time_s):
+                best = Candidate(result, self.engines[i].tables)
+        return best
 
 
 def check_values(tables: PairTables, result: Solve) -> None:
@@ -200,10 +190,9 @@ def _sweep(pool: PairPool, stats: SweepStats, start: float,
         cost_cap = NO_CAP
         found: list[Candidate] = []
         while True:
-            best = pool.min_step(gpu_cap, cost_cap)
-            if best is None:
+            point = pool.min_step(gpu_cap, cost_cap)
+            if point is None:
                 break
-            point = best
             found.append(point)
             pool.candidates.append(point)
             cost = point.solve.values.comm_cost

@@ -136,7 +136,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m solvers.exact",
-                                     description="Exact Pareto front of an instance.")
+                       description="Exact Pareto front of an instance.")
     parser.add_argument("instance", nargs="?", type=Path, help="instance JSON")
     parser.add_argument("--suite", choices=["quick", "bench"],
                         help="compute the reference fronts of a committed suite instead")
