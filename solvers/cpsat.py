@@ -37,7 +37,7 @@ m micro-batches) the scaled step time and cost differ from the float ones by at 
 
 (``scaling_error_bound``), so the plan CP-SAT returns is optimal in float within ``2 e_T`` (a
 few 1e-7 of the step time on the suites). ``Solve.values`` are computed in float from the
-tables (:func:`model_values`), never read from the scaled model.
+tables (:func:`solvers.tables.decision_values`), never read from the scaled model.
 
 Weights ``(w_T, w_N, w_C)`` are per second, GPU and USD, i.e. ``a = (w_T / (W 1e9), w_N,
 w_C / 1e9)`` per integer unit. A single nonzero weight becomes coefficient +-1 (exact);
@@ -64,14 +64,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from formulation.plan import Plan, Stage
-from solvers.engine import ModelValues, Solve
-from solvers.tables import PairTables
+from solvers.engine import Solve
+from solvers.tables import Decision, PairTables, decision_values, decisions_plan
 
 TIME_UNIT_S = 1e-9  # integer nanoseconds
 COST_UNIT_USD = 1e-9  # integer nano-USD
@@ -94,41 +92,6 @@ def _pair_table(values: np.ndarray) -> list[int]:
     padded = np.zeros((k + 1, k + 1), dtype=np.int64)
     padded[:k, :k] = values
     return [int(x) for x in padded.ravel()]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """An active position's choices: domain, option index and layer count."""
-
-    domain: int
-    option: int
-    layers: int
-
-
-def model_values(tables: PairTables, chosen: dict[int, Decision]) -> ModelValues:
-    """Float objective values of a decision (position -> choices), every epigraph tight: the
-    same assembly as :func:`solvers.milp.model_values`."""
-    t = tables
-    active = sorted(chosen)
-    compute, allreduce, optimizer = [], [], []
-    for p in active:
-        k, o, layers = chosen[p].domain, chosen[p].option, chosen[p].layers
-        is_first, is_last = p == active[-1], p == 0
-        compute.append(layers * t.layer_time[o] + is_first * t.first_time[o]
-                       + is_last * t.last_time[o])
-        params = layers * t.layer_params + is_first * t.embedding_params + is_last * t.head_params
-        allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
-        optimizer.append(t.optimizer_per_param[o] * params)
-    pairs = [(chosen[p + 1].domain, chosen[p].domain) for p in active[:-1]]
-    delta = [float(t.delay[a, b]) for a, b in pairs]
-    windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
-               for k in range(len(active)) for j in range(k, len(active))]
-    period = max([*compute, *(float(t.occupancy[a, b]) for a, b in pairs), *windows])
-    step = ((t.micro_batches - 1) * period + sum(compute) + 2 * sum(delta)
-            + max(allreduce) + max(optimizer))
-    return ModelValues(step_time_s=float(step),
-                       gpus=sum(int(t.gpus[chosen[p].option]) for p in active),
-                       comm_cost=float(sum(float(t.cost[a, b]) for a, b in pairs if a != b)))
 
 
 class CpSatEngine:
@@ -373,12 +336,13 @@ class CpSatEngine:
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Solve(_STATUS[code], None, None, None, None, wall)
         chosen = self._decisions(solver)
-        values = model_values(self.tables, chosen)
+        values = decision_values(self.tables, chosen)
         objective = float(weights[0] * values.step_time_s + weights[1] * values.gpus
                           + weights[2] * values.comm_cost)
         bound = ((solver.best_objective_bound / lam - slack) / shrink if any(coefficients)
                  else objective)
-        return Solve(_STATUS[code], self._plan(chosen), values, objective, float(bound), wall)
+        return Solve(_STATUS[code], decisions_plan(self.tables, chosen), values, objective,
+                     float(bound), wall)
 
     def _decisions(self, solver: cp_model.CpSolver) -> dict[int, Decision]:
         chosen = {}
@@ -388,12 +352,3 @@ class CpSatEngine:
                 (o,) = [o for o, x in enumerate(self.opt[p]) if solver.boolean_value(x)]
                 chosen[p] = Decision(k, o, int(solver.value(self.layers[p])))
         return chosen
-
-    def _plan(self, chosen: dict[int, Decision]) -> Plan:
-        """Stages front to back: the highest active position is the first stage."""
-        stages = []
-        for p in sorted(chosen, reverse=True):
-            tp, recompute = self.tables.options[chosen[p].option]
-            stages.append(Stage(domain=chosen[p].domain, layers=chosen[p].layers, tp=int(tp),
-                                recompute=recompute))
-        return Plan(dp=self.tables.dp, micro_batch=self.tables.micro_batch, stages=tuple(stages))

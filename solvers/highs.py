@@ -16,8 +16,8 @@ from pyomo.contrib.solver.common.results import TerminationCondition
 from pyomo.contrib.solver.solvers.highs import Highs
 
 from solvers.engine import NO_CAP, Solve
-from solvers.milp import build_model, extract_plan, model_values
-from solvers.tables import PairTables
+from solvers.milp import build_model, decisions, model_values
+from solvers.tables import PairTables, decisions_plan
 
 _THREADS: int | None = None
 
@@ -80,7 +80,8 @@ class HighsEngine:
             return Solve(status if status == "time_limit" else "infeasible", None, None, None,
                          result.objective_bound, wall)
         result.solution_loader.load_vars()
-        return Solve(status, extract_plan(model, self.tables), model_values(model, self.tables),
+        plan = decisions_plan(self.tables, decisions(model))
+        return Solve(status, plan, model_values(model, self.tables),
                      float(result.incumbent_objective), _float(result.objective_bound), wall)
 
 

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
-from formulation.plan import Plan, Stage
 from solvers.engine import NO_CAP, ModelValues
-from solvers.tables import PairTables
+from solvers.tables import Decision, PairTables, decision_values
 
 
 def build_model(tables: PairTables) -> pyo.ConcreteModel:
@@ -214,45 +213,20 @@ def _wan_share_cap(model: pyo.ConcreteModel, t: PairTables, share: float,
         terms[i] >= m_.wan_required - needed * (1 - m_.wan_pick[i])))
 
 
-def extract_plan(model: pyo.ConcreteModel, tables: PairTables) -> Plan:
-    """The plan encoded by the model's current (integral) solution."""
-    chosen = {}
-    for (p, k, o) in model.cells:
-        if pyo.value(model.z[p, k, o]) > 0.5:
-            chosen[p] = (k, o, int(round(pyo.value(model.n[p, k, o]))))
-    stages = []
-    for p in sorted(chosen, reverse=True):  # front (highest position) to back
-        k, o, layers = chosen[p]
-        tp, recompute = tables.options[o]
-        stages.append(Stage(domain=int(k), layers=layers, tp=int(tp), recompute=recompute))
-    return Plan(dp=tables.dp, micro_batch=tables.micro_batch, stages=tuple(stages))
+def decisions(model: pyo.ConcreteModel) -> dict[int, Decision]:
+    """The model's current (integral) solution as position -> choices."""
+    return {p: Decision(int(k), int(o), int(round(pyo.value(model.n[p, k, o]))))
+            for (p, k, o) in model.cells if pyo.value(model.z[p, k, o]) > 0.5}
 
 
 def model_values(model: pyo.ConcreteModel, tables: PairTables) -> ModelValues:
-    """Objective values of the current solution with every epigraph at its tight value, i.e.
-    the MILP's value of the plan it encodes (checked against the evaluator at run time)."""
-    t = tables
-    active = [p for p in range(t.positions) if pyo.value(model.u[p]) > 0.5]
-    first_position = max(active)
-    compute, allreduce, optimizer = [], [], []
-    for p in active:
-        (k, o), = [(c[1], c[2]) for c in model.cells
-                   if c[0] == p and pyo.value(model.z[c]) > 0.5]
-        layers = round(pyo.value(model.n[p, k, o]))
-        is_first, is_last = p == first_position, p == 0
-        compute.append(layers * t.layer_time[o] + is_first * t.first_time[o]
-                       + is_last * t.last_time[o])
-        params = (layers * t.layer_params + is_first * t.embedding_params
-                  + is_last * t.head_params)
-        allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
-        optimizer.append(t.optimizer_per_param[o] * params)
-    delta = [pyo.value(model.delta[p]) for p in active[:-1]]
-    occupancy = [pyo.value(model.occupancy[p]) for p in active[:-1]]
-    windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
-               for k in range(len(active)) for j in range(k, len(active))]
-    period = max([*compute, *occupancy, *windows])
-    step = ((t.micro_batches - 1) * period + sum(compute) + 2 * sum(delta)
-            + max(allreduce) + max(optimizer))
-    return ModelValues(step_time_s=float(step), gpus=int(round(pyo.value(model.gpus))),
-                       comm_cost=float(pyo.value(model.cost)))
-
+    """The MILP's value of the plan it encodes: its own link variables (delta, occupancy,
+    cost from the transportation linearisation) and every epigraph at its tight value."""
+    active = sorted(p for p in range(tables.positions) if pyo.value(model.u[p]) > 0.5)
+    boundaries = active[:-1]
+    links = ([pyo.value(model.delta[p]) for p in boundaries],
+             [pyo.value(model.occupancy[p]) for p in boundaries],
+             [sum(float(tables.cost[k, q]) * pyo.value(model.y[p, k, q])
+                  for k in range(tables.num_domains) for q in range(tables.num_domains) if k != q)
+              for p in boundaries])
+    return decision_values(tables, decisions(model), links)

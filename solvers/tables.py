@@ -19,6 +19,8 @@ import numpy as np
 
 from formulation.evaluator import cost_model
 from formulation.instance import Instance
+from formulation.plan import Plan, Stage
+from solvers.engine import ModelValues
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,3 +130,59 @@ def all_pair_tables(instance: Instance) -> list[PairTables]:
             if tables is not None:
                 out.append(tables)
     return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An active position's choices: domain, option index and layer count."""
+
+    domain: int
+    option: int
+    layers: int
+
+
+def decisions_plan(tables: PairTables, chosen: dict[int, Decision]) -> Plan:
+    """The plan of an engine's decisions (position -> choices); the highest active position
+    is the first stage."""
+    stages = []
+    for p in sorted(chosen, reverse=True):
+        tp, recompute = tables.options[chosen[p].option]
+        stages.append(Stage(domain=int(chosen[p].domain), layers=int(chosen[p].layers),
+                            tp=int(tp), recompute=recompute))
+    return Plan(dp=tables.dp, micro_batch=tables.micro_batch, stages=tuple(stages))
+
+
+def decision_values(tables: PairTables, chosen: dict[int, Decision],
+                    links: tuple[list[float], list[float], list[float]] | None = None
+                    ) -> ModelValues:
+    """Objective values of a decision with every epigraph at its tight value: the engines'
+    own account of a plan, checked against the evaluator at run time.
+
+    ``links`` gives (delta, occupancy, cost) per boundary from position p+1 to p, in order
+    of active positions, as an engine's own link variables hold them; by default they are
+    read from the tables."""
+    t = tables
+    active = sorted(chosen)
+    compute, allreduce, optimizer = [], [], []
+    for p in active:
+        k, o, layers = chosen[p].domain, chosen[p].option, chosen[p].layers
+        is_first, is_last = p == active[-1], p == 0
+        compute.append(layers * t.layer_time[o] + is_first * t.first_time[o]
+                       + is_last * t.last_time[o])
+        params = layers * t.layer_params + is_first * t.embedding_params + is_last * t.head_params
+        allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
+        optimizer.append(t.optimizer_per_param[o] * params)
+    if links is None:
+        pairs = [(chosen[p + 1].domain, chosen[p].domain) for p in active[:-1]]
+        links = ([float(t.delay[a, b]) for a, b in pairs],
+                 [float(t.occupancy[a, b]) for a, b in pairs],
+                 [float(t.cost[a, b]) if a != b else 0.0 for a, b in pairs])
+    delta, occupancy, cost = links
+    windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
+               for k in range(len(active)) for j in range(k, len(active))]
+    period = max([*compute, *occupancy, *windows])
+    step = ((t.micro_batches - 1) * period + sum(compute) + 2 * sum(delta)
+            + max(allreduce) + max(optimizer))
+    return ModelValues(step_time_s=float(step),
+                       gpus=sum(int(t.gpus[chosen[p].option]) for p in active),
+                       comm_cost=float(sum(cost)))
