@@ -66,8 +66,9 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
         model.cells, rule=lambda m_, p, k, o: m_.n[p, k, o] <= t.layer_cap[p, o] * m_.z[p, k, o])
     model.all_layers = pyo.Constraint(expr=sum(model.n[c] for c in cells) == t.layers)
 
-    # GPUs per domain and in total.
-    model.domain_gpus = pyo.Constraint(domains, rule=lambda m_, k: sum(
+    # GPUs per domain and in total; a domain no option fits has no cells and no constraint.
+    hosts = [k for k in domains if by_domain[k]]
+    model.domain_gpus = pyo.Constraint(hosts, rule=lambda m_, k: sum(
         int(t.gpus[c[2]]) * m_.z[c] for c in by_domain[k]) <= int(t.free_gpus[k]))
     model.gpus = pyo.Expression(expr=sum(int(t.gpus[c[2]]) * model.z[c] for c in cells))
 

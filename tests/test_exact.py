@@ -134,6 +134,15 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("engine", ["highs", "cpsat"])
+def test_a_domain_no_option_fits_is_left_out(engine):
+    """With tp >= 2 a domain with one free GPU hosts nothing; both models must still build."""
+    instance = tiny_instance(1, domains=3, layers=6, tp=(2,), free_gpus=(1, 4, 4))
+    exact = exact_front(instance, engine)
+    assert exact.status == "exact"
+    assert fronts_agree(exact, brute_force_front(instance))
+
+
 @pytest.mark.parametrize("constraints", [{"wan_share_cap": 0.3}, {"cost_budget": 0.05}],
                          ids=["wan-cap", "cost-budget"])
 @pytest.mark.parametrize("engine", ["highs", "cpsat"])
