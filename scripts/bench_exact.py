@@ -54,13 +54,22 @@ def solve_table(time_limit: float, engines: list[str], pair: str, ks: set[int] |
 
 
 def front_table(directory: Path) -> None:
-    print(f"{'front':44} {'points':>6} {'status':>10} {'solves':>6} {'wall s':>8} "
-          f"{'s/point':>8}")
-    for path in sorted(directory.glob("*.front.json")):
+    """One row per committed front, ordered by K: size, status, solves, wall time, worst gap."""
+    instances = {path.stem: path for suite in ("quick", "bench") for path in suite_paths(suite)}
+    rows = []
+    for path in directory.glob("*.front.json"):
         front = json.loads(path.read_text())
+        instance = Instance.load(instances[front["instance"]])
+        rows.append((instance.num_domains, front["instance"], front))
+    print(f"{'K':>3} {'front':34} {'points':>6} {'status':>10} {'solves':>6} {'limited':>7} "
+          f"{'wall s':>8} {'s/point':>8} {'max gap':>8}")
+    for k, name, front in sorted(rows, key=lambda row: (row[0], row[1])):
         provenance, points = front["provenance"], len(front["points"])
-        print(f"{path.name:44} {points:>6} {front['status']:>10} {provenance['solves']:>6} "
-              f"{provenance['wall_time_s']:8.1f} {provenance['wall_time_s'] / max(1, points):8.1f}")
+        gaps = [p["mip_gap"] for p in front["points"] if p.get("mip_gap") is not None]
+        gap = f"{max(gaps):8.2%}" if gaps else f"{'-':>8}"
+        print(f"{k:>3} {name:34} {points:>6} {front['status']:>10} {provenance['solves']:>6} "
+              f"{provenance['limited_solves']:>7} {provenance['wall_time_s']:8.1f} "
+              f"{provenance['wall_time_s'] / max(1, points):8.1f} {gap}")
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
     python -m solvers.exact INSTANCE.json --out FRONT.json [--engine highs|cpsat]
                             [--time-limit S] [--threads N] [--export mps|lp]
     python -m solvers.exact --suite quick|bench --out DIR [--engine ...] [--time-limit S]
+                            [--solve-limit S] [--jobs N] [--match TEXT] [--skip-existing]
 
 A front is labelled ``exact`` only if the epsilon-constraint enumeration completed and no
 solve stopped at a limit; otherwise it is ``best_known``, with the per-point MIP gaps. Every
@@ -13,9 +14,11 @@ returned plan was re-evaluated by the evaluator during the run (``solvers.epsilo
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +122,7 @@ def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
     return paths
 
 
-def _run_one(path: Path, out: Path, args: argparse.Namespace) -> None:
+def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> None:
     instance = Instance.load(path)
     if args.export:
         for written in export_models(instance, out, args.export):
@@ -127,7 +130,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace) -> None:
     front = exact_front(instance, args.engine, args.time_limit, args.threads,
                         progress=(lambda line: print("  " + line, file=sys.stderr))
                         if args.verbose else None,
-                        command=command_line("solvers.exact"), solve_limit=args.solve_limit)
+                        command=command, solve_limit=args.solve_limit)
     front.save(out, instance)
     print(f"{instance.name}: {len(front.points)} points, {front.status}, "
           f"{front.provenance['solves']} solves, {front.provenance['wall_time_s']:.1f} s "
@@ -153,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --suite: only instances whose name contains this (repeatable)")
     parser.add_argument("--skip-existing", action="store_true",
                         help="with --suite: keep fronts already in --out")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="with --suite: fronts computed in parallel processes, largest K first")
     parser.add_argument("--verbose", action="store_true", help="print each point found")
     args = parser.parse_args(argv)
     if (args.instance is None) == (args.suite is None):
@@ -161,18 +166,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
+    command = command_line("solvers.exact")
     if args.instance is not None:
-        _run_one(args.instance, args.out, args)
+        _run_one(args.instance, args.out, args, command)
         return
     from instances.suites import suite_paths
 
+    if args.jobs < 1:
+        raise InputError(f"--jobs must be >= 1, got {args.jobs}")
+    todo = []
     for path in suite_paths(args.suite):
         out = args.out / f"{path.stem}.front.json"
         if args.match and not any(m in path.stem for m in args.match):
             continue
         if args.skip_existing and out.exists():
             continue
-        _run_one(path, out, args)
+        todo.append((path, out))
+    if args.jobs == 1:
+        for path, out in todo:
+            _run_one(path, out, args, command)
+        return
+    # The largest instances first, so that the last front to finish is a small one.
+    todo.sort(key=lambda job: -Instance.load(job[0]).num_domains)
+    context = multiprocessing.get_context("spawn")  # HiGHS and CP-SAT state stays per process
+    with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        for future in [pool.submit(_run_one, path, out, args, command) for path, out in todo]:
+            future.result()
 
 
 if __name__ == "__main__":
