@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from solvers.front import Front, fronts_agree
 from solvers.highs import HighsEngine
 from solvers.tables import all_pair_tables, pair_tables
 
+FRONTS = Path(__file__).resolve().parent.parent / "instances" / "fronts"
 TINY = [dict(domains=4, layers=12, free_gpus=(1, 1, 1, 1)),  # cross-domain points on the front
         dict(domains=3, layers=8, free_gpus=(2, 2, 2)),
         dict(domains=3, layers=6)]  # larger fronts, single-domain
@@ -126,7 +128,25 @@ def test_cli_writes_a_front_and_exports_models(tmp_path):
     assert sorted(p.suffix for p in tmp_path.glob("front-dp*.lp"))
 
 
-@pytest.mark.parametrize("args", [["missing.json"], ["--engine", "gurobi"]])
+def test_cli_suite_runs_fronts_in_parallel_processes(tmp_path):
+    """``--jobs 2`` on two cheap quick instances reproduces their committed fronts."""
+    done = _cli("--suite", "quick", "--out", str(tmp_path), "--engine", "portfolio",
+                "--jobs", "2", "--match", "aws-10", "--match", "k8")
+    assert done.returncode == 0, done.stderr
+    written = sorted(tmp_path.glob("*.front.json"))
+    assert [p.name for p in written] == ["aws-10-k5-llama2-70b-s110.front.json",
+                                         "random-k8-llama2-7b-s151.front.json"]
+    for path in written:
+        instance = Instance.load(next(p for p in suite_paths("quick")
+                                      if p.stem == path.name.replace(".front.json", "")))
+        committed = Front.load(FRONTS / "quick" / path.name, instance)
+        front = Front.load(path, instance)
+        assert fronts_agree(front, committed)
+        assert "--jobs 2" in front.provenance["command"]
+
+
+@pytest.mark.parametrize("args", [["missing.json"], ["--engine", "gurobi"],
+                                  ["--suite", "quick", "--jobs", "0"]])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args):
     done = _cli(*args, "--out", str(tmp_path / "x.json"))
     assert done.returncode == 2
