@@ -37,6 +37,19 @@ def nondominated_mask(points: np.ndarray) -> np.ndarray:
     return keep & unique
 
 
+def dominated_by(points: np.ndarray, others: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
+    """Which rows of ``points`` some row of ``others`` dominates by more than ``rtol``
+    (relative, so that a solver's tolerance is not mistaken for a better plan)."""
+    points = np.asarray(points, dtype=float).reshape(-1, 3)
+    others = np.asarray(others, dtype=float).reshape(-1, 3)
+    hit = np.zeros(len(points), dtype=bool)
+    for start in range(0, len(others), 4096):  # bounded memory for big enumerations
+        chunk = others[start:start + 4096, None, :]
+        hit |= (np.all(chunk <= points[None] * (1 + rtol), axis=2)
+                & np.any(chunk < points[None] * (1 - rtol), axis=2)).any(axis=0)
+    return hit
+
+
 @dataclass(frozen=True)
 class FrontPoint:
     objectives: tuple[float, float, float]

@@ -19,17 +19,18 @@ from solvers.bruteforce import brute_force_front, enumerate_plans
 from solvers.engine import ModelValues
 from solvers.epsilon import ModelMismatch, check_values
 from solvers.exact import exact_front
-from solvers.front import Front, fronts_agree
+from solvers.front import Front, dominated_by, fronts_agree
 from solvers.highs import HighsEngine
 from solvers.tables import all_pair_tables, pair_tables
 
 FRONTS = Path(__file__).resolve().parent.parent / "instances" / "fronts"
 TINY = [dict(domains=4, layers=12, free_gpus=(1, 1, 1, 1)),  # cross-domain points on the front
         dict(domains=3, layers=8, free_gpus=(2, 2, 2)),
-        dict(domains=3, layers=6)]  # larger fronts, single-domain
+        dict(domains=3, layers=6),  # larger fronts, single-domain
+        dict(domains=5, layers=10, free_gpus=(1, 1, 2, 2, 1))]  # K = 5, some cross-domain
 
 
-@pytest.fixture(scope="module", params=[(0, 0), (0, 3), (1, 1), (2, 2)],
+@pytest.fixture(scope="module", params=[(0, 0), (0, 3), (1, 1), (2, 2), (3, 2)],
                 ids=lambda p: f"variant{p[0]}-seed{p[1]}")
 def tiny_fronts(request):
     variant, seed = request.param
@@ -46,13 +47,9 @@ def test_milp_front_equals_brute_force_point_for_point(tiny_fronts):
 
 def test_no_enumerated_plan_dominates_a_milp_point(tiny_fronts):
     instance, exact, _ = tiny_fronts
-    points = exact.objectives
     for batch in enumerate_plans(instance):
         result = evaluate_batch(instance, batch)
-        objectives = result.objectives[result.feasible]
-        dominates = (np.all(objectives[:, None, :] <= points[None, :, :] * (1 + 1e-9), axis=2)
-                     & np.any(objectives[:, None, :] < points[None, :, :] * (1 - 1e-9), axis=2))
-        assert not dominates.any()
+        assert not dominated_by(exact.objectives, result.objectives[result.feasible]).any()
 
 
 def test_front_points_re_evaluate_to_their_objectives(tiny_fronts):
