@@ -1,6 +1,7 @@
 """``python -m formulation.evaluate INSTANCE.json PLAN.json``: a plan's objectives as JSON.
 
 Add ``--robust`` to evaluate with every WAN link at its worst case (B (1 - eps), L x 1.5).
+PLAN may be a pipeline plan or a DiLoCo plan (``formulation.diloco``).
 Malformed input gives one line on stderr and exit code 2.
 """
 
@@ -10,9 +11,8 @@ import argparse
 import sys
 
 from formulation.evaluator import robust_instance
+from formulation.families import evaluate_any, load_plan
 from formulation.instance import Instance
-from formulation.plan import Plan
-from formulation.result import evaluate
 from formulation.schema import CliParser, dumps, run_cli
 
 
@@ -29,10 +29,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluate(args: argparse.Namespace) -> None:
     instance = Instance.load(args.instance)
-    plan = Plan.load(args.plan, instance)
+    plan = load_plan(args.plan, instance)
     if args.robust:
         instance = robust_instance(instance)
-    sys.stdout.write(dumps(evaluate(instance, plan).to_dict()))
+    sys.stdout.write(dumps(evaluate_any(instance, plan).to_dict()))
 
 
 if __name__ == "__main__":

@@ -54,9 +54,10 @@ class Plan:
 
     # -- JSON -----------------------------------------------------------------------------
     @staticmethod
-    def from_dict(document: Any, instance: Instance | None = None) -> Plan:
-        """Read a plan; with an instance, domain names are resolved and indices checked."""
-        r = Reader(document, "")
+    def from_dict(document: Any, instance: Instance | None = None, path: str = "") -> Plan:
+        """Read a plan; with an instance, domain names are resolved and indices checked.
+        ``path`` prefixes the field names in error messages (a plan inside a document)."""
+        r = Reader(document, path)
         schema = r.string("schema", PLAN_SCHEMA)
         if schema != PLAN_SCHEMA:
             raise InputError(f"schema must be {PLAN_SCHEMA!r}, got {schema!r}")

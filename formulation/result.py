@@ -19,7 +19,10 @@ from formulation.plan import Plan
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class Scores:
+    """What every plan family's evaluation has: objectives, feasibility with named
+    violations, derived metrics and the parts of the step time."""
+
     step_time_s: float
     gpus: int
     comm_cost: float
@@ -27,6 +30,18 @@ class Evaluation:
     violations: list[str]
     derived: dict[str, float]
     breakdown: dict[str, float]
+
+    @property
+    def objectives(self) -> tuple[float, int, float]:
+        return (self.step_time_s, self.gpus, self.comm_cost)
+
+    @property
+    def violation_kinds(self) -> set[str]:
+        return {message.split(":", 1)[0] for message in self.violations}
+
+
+@dataclass(frozen=True)
+class Evaluation(Scores):
     run: dict[str, float]
     plan: Plan
     domain_names: list[str]
@@ -45,14 +60,6 @@ class Evaluation:
                  "memory_gb": self.stage_memory_gb[j],
                  "memory_headroom_gb": self.usable_memory_gb - self.stage_memory_gb[j]}
                 for j, s in enumerate(self.plan.stages)]
-
-    @property
-    def objectives(self) -> tuple[float, int, float]:
-        return (self.step_time_s, self.gpus, self.comm_cost)
-
-    @property
-    def violation_kinds(self) -> set[str]:
-        return {message.split(":", 1)[0] for message in self.violations}
 
     def to_dict(self) -> dict[str, Any]:
         return {"feasible": self.feasible, "violations": self.violations,

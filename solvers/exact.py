@@ -21,17 +21,14 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from formulation.instance import Instance
 from formulation.schema import CliParser, InputError, run_cli
 from solvers.engine import Solve
 from solvers.epsilon import check_values, epsilon_front
-from solvers.front import Front, command_line, versions
+from solvers.front import Front, command_line, reference_box, versions
 from solvers.tables import all_pair_tables
 
 ENGINES = ("highs", "cpsat", "portfolio")
-HV_REFERENCE_MARGIN = 0.1  # reference point = nadir + 10 % of the front's range
 
 
 def make_engine(name: str, tables, threads: int):
@@ -73,12 +70,7 @@ def best_plan(instance: Instance, weights: tuple[float, float, float] = (1.0, 0.
 
 def normalisation(front: Front) -> dict:
     """Ideal, nadir and hypervolume reference point of a front, fixed once with it."""
-    objectives = front.objectives
-    ideal, nadir = objectives.min(axis=0), objectives.max(axis=0)
-    span = np.where(nadir > ideal, nadir - ideal, np.maximum(np.abs(nadir), 1.0))
-    reference = nadir + HV_REFERENCE_MARGIN * span
-    return {"ideal": ideal.tolist(), "nadir": nadir.tolist(),
-            "hv_reference": reference.tolist(), "hv_reference_rule": "nadir + 0.1 * range"}
+    return reference_box(front.objectives)
 
 
 def exact_front(instance: Instance, engine: str = "highs", time_limit: float | None = None,

@@ -16,9 +16,9 @@ from typing import Any
 import moocore
 import numpy as np
 
-from formulation.evaluator import OBJECTIVES, evaluate_plans
+from formulation.evaluator import OBJECTIVES
+from formulation.families import AnyPlan, plan_from_dict, score
 from formulation.instance import Instance
-from formulation.plan import Plan
 from formulation.schema import InputError, Reader, read_json, write_json_atomic
 
 FRONT_SCHEMA = "xdsched.front/1"
@@ -50,10 +50,39 @@ def dominated_by(points: np.ndarray, others: np.ndarray, rtol: float = 1e-9) -> 
     return hit
 
 
+HV_REFERENCE_MARGIN = 0.1  # reference point = nadir + 10 % of the range
+
+
+def reference_box(objectives: np.ndarray, margin: float = HV_REFERENCE_MARGIN) -> dict:
+    """Ideal, nadir and hypervolume reference point (nadir + margin * range; a flat
+    objective gets margin * max(|nadir|, 1)) of a point set."""
+    objectives = np.asarray(objectives, dtype=float).reshape(-1, 3)
+    ideal, nadir = objectives.min(axis=0), objectives.max(axis=0)
+    span = np.where(nadir > ideal, nadir - ideal, np.maximum(np.abs(nadir), 1.0))
+    return {"ideal": ideal.tolist(), "nadir": nadir.tolist(),
+            "hv_reference": (nadir + margin * span).tolist(),
+            "hv_reference_rule": f"nadir + {margin:g} * range"}
+
+
+def normalised_hypervolume(objectives: np.ndarray, normalisation: dict | None) -> float:
+    """Hypervolume of ``objectives`` scaled per objective by ideal and nadir (a flat
+    objective by 1), against the normalisation's reference point; points outside the
+    reference box add nothing."""
+    objectives = np.asarray(objectives, dtype=float).reshape(-1, 3)
+    if normalisation is None or not len(objectives):
+        return 0.0
+    ideal, nadir, reference = (np.asarray(normalisation[key], dtype=float)
+                               for key in ("ideal", "nadir", "hv_reference"))
+    span = np.where(nadir > ideal, nadir - ideal, 1.0)
+    scaled, ref = (objectives - ideal) / span, (reference - ideal) / span
+    inside = scaled[np.all(scaled < ref, axis=1)]
+    return float(moocore.hypervolume(inside, ref=ref)) if len(inside) else 0.0
+
+
 @dataclass(frozen=True)
 class FrontPoint:
     objectives: tuple[float, float, float]
-    plan: Plan
+    plan: AnyPlan
     mip_gap: float | None = None  # relative gap of the solve that produced the point
 
 
@@ -75,18 +104,17 @@ class Front:
         return self
 
     @staticmethod
-    def from_plans(instance: Instance, plans: list[Plan], status: str,
+    def from_plans(instance: Instance, plans: list[AnyPlan], status: str,
                    provenance: dict[str, Any] | None = None,
                    gaps: list[float | None] | None = None) -> Front:
         """The non-dominated feasible subset of ``plans``, scored by the evaluator."""
         if not plans:
             return Front(instance.name, status, [], provenance or {})
-        result = evaluate_plans(instance, plans)
-        feasible = np.flatnonzero(result.feasible)
-        objectives = result.objectives[feasible]
-        keep = feasible[nondominated_mask(objectives)]
+        objectives, ok = score(instance, plans)
+        feasible = np.flatnonzero(ok)
+        keep = feasible[nondominated_mask(objectives[feasible])]
         gaps = gaps or [None] * len(plans)
-        points = [FrontPoint(tuple(float(x) for x in result.objectives[i]), plans[i], gaps[i])
+        points = [FrontPoint(tuple(float(x) for x in objectives[i]), plans[i], gaps[i])
                   for i in keep]
         return Front(instance.name, status, points, provenance or {}).sorted()
 
@@ -120,7 +148,7 @@ class Front:
                 if not (isinstance(objectives, list) and len(objectives) == 3):
                     raise InputError(f"{where}.objectives must be a list of 3 numbers")
                 gap = pr.raw("mip_gap", None)
-                plan = Plan.from_dict(pr.raw("plan"), instance)
+                plan = plan_from_dict(pr.raw("plan"), instance, f"{where}.plan")
                 pr.finish()
                 return FrontPoint(tuple(float(x) for x in objectives), plan, gap)
 

@@ -1,0 +1,1 @@
+"""Scoring methods against the exact reference fronts (SPEC section 7)."""

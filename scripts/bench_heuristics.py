@@ -1,0 +1,88 @@
+"""Heuristics and baselines against the exact reference fronts: quality and wall time.
+
+    python scripts/bench_heuristics.py [--suite quick|bench] [--seeds 3] [--generations 100]
+                                       [--population 100] [--mutation reset|polynomial]
+                                       [--methods nsga2,single-domain,...] [--match TEXT]
+
+Per instance and method: front points, wall time, hypervolume ratio to the reference front
+(NSGA-II: mean and worst over seeds), IGD+, additive epsilon, the median and worst step-time
+gap at no more GPUs and cost, and how many reference points the method dominates (0 for
+every method in the plan space; DiLoCo changes the optimiser and may). Then the mean per
+method. Reference fronts labelled ``best_known`` are flagged with ``*``.
+"""
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from evaluation.metrics import epsilon_additive, hypervolume_ratio, igd_plus, step_time_gaps
+from formulation.instance import Instance
+from instances.suites import SUITES_DIR, suite_paths
+from solvers.baselines import METHODS, baseline_front
+from solvers.front import Front, dominated_by
+from solvers.nsga2 import MUTATIONS, Nsga2Settings, nsga2_front
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="quick", choices=["quick", "bench"])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--generations", type=int, default=Nsga2Settings.generations)
+    parser.add_argument("--population", type=int, default=Nsga2Settings.population)
+    parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation)
+    parser.add_argument("--methods", default=",".join(["nsga2", *METHODS]))
+    parser.add_argument("--match", action="append", default=[])
+    args = parser.parse_args()
+    methods = args.methods.split(",")
+    summary: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    print(f"{'instance':32} {'method':13} {'pts':>4} {'wall s':>7} {'HV ratio':>13} "
+          f"{'IGD+':>6} {'eps+':>6} {'gap med':>8} {'gap max':>8} {'dom':>4}")
+    for path in suite_paths(args.suite):
+        if args.match and not any(m in path.stem for m in args.match):
+            continue
+        instance = Instance.load(path)
+        reference = Front.load(SUITES_DIR.parent / "fronts" / args.suite /
+                               f"{path.stem}.front.json", instance)
+        name = path.stem + ("*" if reference.status != "exact" else "")
+        for method in methods:
+            runs = []
+            for seed in range(args.seeds if method == "nsga2" else 1):
+                start = time.perf_counter()
+                if method == "nsga2":
+                    settings = Nsga2Settings(population=args.population,
+                                             generations=args.generations, seed=seed,
+                                             mutation=args.mutation)
+                    front = nsga2_front(instance, settings, reference.normalisation)
+                else:
+                    front = baseline_front(instance, method)
+                runs.append((front, time.perf_counter() - start))
+            ratios = [hypervolume_ratio(f.objectives, reference) for f, _ in runs]
+            wall = float(np.mean([w for _, w in runs]))
+            front = runs[0][0]
+            gaps = step_time_gaps(front.objectives, reference)
+            gaps = gaps[np.isfinite(gaps)]
+            dominated = int(dominated_by(reference.objectives, front.objectives).sum()
+                            if front.points else 0)
+            ratio = (f"{np.mean(ratios):6.3f} ({min(ratios):.3f})" if len(ratios) > 1
+                     else f"{ratios[0]:13.3f}")
+            print(f"{name:32} {method:13} {len(front.points):4} {wall:7.2f} {ratio:>13} "
+                  f"{igd_plus(front.objectives, reference):6.3f} "
+                  f"{epsilon_additive(front.objectives, reference):6.3f} "
+                  f"{_percent(gaps, np.median):>8} {_percent(gaps, np.max):>8} "
+                  f"{dominated:4}", flush=True)
+            summary[method].append((float(np.mean(ratios)), wall))
+    print("\nmean over instances:")
+    for method, rows in summary.items():
+        values = np.array(rows)
+        print(f"  {method:13} HV ratio {values[:, 0].mean():.3f} (worst "
+              f"{values[:, 0].min():.3f}), wall {values[:, 1].mean():.2f} s")
+
+
+def _percent(values: np.ndarray, reduce) -> str:
+    return f"{100 * reduce(values):7.1f}%" if len(values) else "-"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Running the project's commands as a user does, and checking the error convention."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_module(module: str, *args: object, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_usage_error(done: subprocess.CompletedProcess, out: Path) -> None:
+    """Bad input: exit code 2, one line on stderr, no output file left behind."""
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()

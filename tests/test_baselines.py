@@ -1,0 +1,209 @@
+"""The papers' baselines: their rules, their honesty about infeasible plans, and that none
+beats an exact reference front."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clitools import ROOT, assert_usage_error, run_module
+
+from formulation.diloco import DilocoPlan
+from formulation.families import evaluate_any
+from formulation.instance import Instance
+from formulation.plan import Plan
+from instances.suites import suite_paths
+from solvers.baselines import METHODS, baseline_front
+from solvers.baselines.common import Slot, min_max_layers, stage_time
+from solvers.baselines.dtfm import GaSettings, open_loop_order
+from solvers.baselines.oblivious import flat_network
+from solvers.baselines.sailor import (
+    SPEEDUP_FOR_MORE_TP,
+    mode_options,
+    ranked_chains,
+    tp_candidates,
+)
+from solvers.front import Front, dominated_by
+from solvers.tables import all_pair_tables
+
+MODULE = "solvers.baselines"
+QUICK = suite_paths("quick")
+
+
+@pytest.fixture(scope="module", params=QUICK, ids=lambda p: p.stem)
+def quick(request) -> tuple[Instance, Front, dict[str, Front]]:
+    instance = Instance.load(request.param)
+    reference = Front.load(ROOT / "instances" / "fronts" / "quick" /
+                           f"{request.param.stem}.front.json", instance)
+    return instance, reference, {m: baseline_front(instance, m) for m in METHODS}
+
+
+def test_every_decision_is_feasible_or_reported_with_its_violations(quick):
+    instance, _, fronts = quick
+    for method, front in fronts.items():
+        provenance = front.provenance
+        for point in front.points:
+            assert evaluate_any(instance, point.plan).feasible, method
+        for entry in provenance["infeasible_decisions"]:
+            assert entry["violations"], method
+        feasible_decisions = provenance["decisions"] - len(provenance["infeasible_decisions"])
+        assert (feasible_decisions == 0) == (not front.points), method
+
+
+def test_no_pipeline_baseline_dominates_the_exact_front(quick):
+    """DiLoCo is left out: it changes the optimiser, so its plans lie outside the plan space
+    the exact front covers (and do beat it on these objectives)."""
+    _, reference, fronts = quick
+    for method, front in fronts.items():
+        if method != "diloco" and front.points:
+            assert not dominated_by(reference.objectives, front.objectives).any(), method
+
+
+def test_single_domain_uses_one_domain_and_no_wan(quick):
+    instance, _, fronts = quick
+    front = fronts["single-domain"]
+    for point in front.points:
+        assert len(point.plan.domains_used()) == 1 and point.objectives[2] == 0
+    if not front.points:  # 70B on one 8-GPU domain: reported, not dropped
+        (entry,) = front.provenance["infeasible_decisions"]
+        assert any(v.startswith("memory") for v in entry["violations"])
+
+
+def test_oblivious_chains_domains_in_index_order_with_one_tp(quick):
+    instance, _, fronts = quick
+    front = fronts["oblivious"]
+    assert "believed_fastest" in front.provenance["parameters"]
+    for point in front.points:
+        domains = [s.domain for s in point.plan.stages]
+        assert domains == sorted(set(domains))
+        assert len({(s.tp, s.recompute) for s in point.plan.stages}) == 1
+
+
+def test_the_flat_view_only_speeds_wan_links_up(quick):
+    instance = quick[0]
+    flat = flat_network(instance)
+    off = ~np.eye(instance.num_domains, dtype=bool)
+    assert np.all(flat.links.bandwidth_gbps[off] >= instance.links.bandwidth_gbps[off])
+    assert np.all(flat.links.latency_ms[off] <= instance.links.latency_ms[off])
+
+
+def test_diloco_is_flagged_and_reports_h(quick):
+    instance, _, fronts = quick
+    provenance = fronts["diloco"].provenance
+    assert provenance["parameters"]["changes_optimizer"] is True
+    assert provenance["parameters"]["sync_every"] == 500
+    for point in fronts["diloco"].points:
+        assert isinstance(point.plan, DilocoPlan) and point.plan.sync_every == 500
+
+
+def test_sailor_plans_follow_its_tp_rules(quick):
+    """Each domain's stages share a tp, which is the minimum-memory tp or the largest that
+    fits the domain and is >= 1.5x faster; one recompute mode per pipeline."""
+    instance, _, fronts = quick
+    tables = {(t.dp, t.micro_batch): t for t in all_pair_tables(instance)}
+    for point in fronts["sailor"].points:
+        plan = point.plan
+        t = tables[(plan.dp, plan.micro_batch)]
+        assert len({s.recompute for s in plan.stages}) == 1
+        options = mode_options(t)[plan.stages[0].recompute]
+        for domain in plan.domains_used():
+            stages = [s for s in plan.stages if s.domain == domain]
+            allowed = {t.options[o][0] for o in tp_candidates(t, options, domain, len(stages))}
+            assert {s.tp for s in stages} <= allowed and len({s.tp for s in stages}) == 1
+
+
+def _tables():
+    return all_pair_tables(Instance.load(QUICK[1]))
+
+
+def test_min_max_layers_matches_enumeration():
+    for tables in _tables():
+        for options in itertools.product(range(tables.num_options), repeat=3):
+            slots = [Slot(0, o) for o in options]
+            split = min_max_layers(tables, slots)
+            best = None
+            for cuts in itertools.combinations(range(1, tables.layers), 2):
+                layers = np.diff([0, *cuts, tables.layers])
+                caps = [(tables.layer_cap_first if j == 0 else tables.layer_cap)[2 - j, o]
+                        for j, o in enumerate(options)]
+                if any(n > c for n, c in zip(layers, caps, strict=True)):
+                    continue
+                times = [stage_time(tables, o, n, j == 0, j == 2)
+                         for j, (o, n) in enumerate(zip(options, layers, strict=True))]
+                key = (max(times), sum(times))
+                if best is None or key < best:
+                    best = key
+            if best is None:
+                assert split is None
+                continue
+            times = [stage_time(tables, o, n, j == 0, j == 2)
+                     for j, (o, n) in enumerate(zip(options, split, strict=True))]
+            assert max(times) == pytest.approx(best[0], rel=1e-12)
+            assert sum(times) == pytest.approx(best[1], rel=1e-9)
+
+
+def test_sailor_tp_candidates_keep_min_memory_tp_and_only_big_speedups():
+    for tables in _tables():
+        for options in mode_options(tables).values():
+            assert all(tables.layer_cap[0, o] >= 1 for o in options)
+            for domain in range(tables.num_domains):
+                for count in (1, 2):
+                    kept = tp_candidates(tables, options, domain, count)
+                    if not kept:
+                        assert count * tables.gpus[options[0]] > tables.free_gpus[domain]
+                        continue
+                    assert kept[0] == options[0]
+                    if len(kept) == 2:
+                        assert (tables.layer_time[kept[0]]
+                                >= SPEEDUP_FOR_MORE_TP * tables.layer_time[kept[1]])
+                        assert count * tables.gpus[kept[1]] <= tables.free_gpus[domain]
+
+
+def test_sailor_chains_are_ranked_by_bottleneck_bandwidth():
+    tables = _tables()[0]
+    bandwidth = tables.instance.links.bandwidth_gbps
+    chains = ranked_chains(tables, 3, beam=6)
+    assert len(chains) == 6 and all(len(set(c)) == 3 for c in chains)
+    bottleneck = [min(bandwidth[a, z] for a, z in itertools.pairwise(c)) for c in chains]
+    assert bottleneck == sorted(bottleneck, reverse=True)
+
+
+def test_open_loop_order_is_the_shortest_path():
+    rng = np.random.default_rng(3)
+    distance = rng.uniform(1, 10, (6, 6))
+    distance = distance + distance.T
+    for stages in [(0, 1, 2, 3), (5, 2, 2, 4, 1), (3, 0, 4)]:
+        order = open_loop_order(stages, distance)
+        assert sorted(order) == sorted(stages)
+        length = sum(distance[a, z] for a, z in itertools.pairwise(order))
+        best = min(sum(distance[a, z] for a, z in itertools.pairwise(p))
+                   for p in itertools.permutations(stages))
+        assert length == pytest.approx(best)
+
+
+def test_dtfm_is_deterministic_for_a_seed():
+    instance = Instance.load(QUICK[0])
+    a = baseline_front(instance, "dtfm", settings=GaSettings(seed=4))
+    b = baseline_front(instance, "dtfm", settings=GaSettings(seed=4))
+    assert a.to_dict(instance)["points"] == b.to_dict(instance)["points"]
+
+
+def test_cli_writes_a_front(tmp_path: Path):
+    out = tmp_path / "greedy.json"
+    done = run_module(MODULE, str(QUICK[1]), "--method", "greedy", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert document["status"] == "heuristic" and document["provenance"]["method"] == "greedy"
+    instance = Instance.load(QUICK[1])
+    assert all(isinstance(p.plan, Plan) for p in Front.load(out, instance).points)
+
+
+@pytest.mark.parametrize("args", [["missing.json", "--method", "greedy"],
+                                  [str(QUICK[0]), "--method", "annealing"],
+                                  [str(QUICK[0]), "--method", "diloco", "--sync-every", "0"]])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]):
+    out = tmp_path / "x.json"
+    assert_usage_error(run_module(MODULE, *args, "--out", out), out)
