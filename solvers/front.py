@@ -166,7 +166,7 @@ class Front:
 def versions() -> dict[str, str]:
     """Versions of the interpreter and the packages that shape a result."""
     out = {"python": platform.python_version()}
-    for package in ("xdsched", "numpy", "pyomo", "highspy", "ortools", "moocore"):
+    for package in ("xdsched", "numpy", "pyomo", "highspy", "ortools", "moocore", "pymoo"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -8,9 +8,9 @@ domain, a layer share, tp and recompute). Every offspring is repaired
 (:meth:`PlanEncoding.repair`, written back into its genes) and the population is scored in
 one call of the batched evaluator; constraint violation is the number of violated
 constraint kinds plus the relative memory and GPU overshoot, so infeasible plans are ranked
-by how far they are from feasible. An archive keeps every feasible non-dominated plan seen
-in the run; it is the returned front (``status: heuristic``), with the seed, the parameters
-and the hypervolume of the archive after each generation in its provenance.
+by how far they are from feasible. An archive keeps the feasible non-dominated plans among
+all that were scored; it is the returned front (``status: heuristic``), with the seed, the
+parameters and the hypervolume of the archive after each generation in its provenance.
 
 The hypervolume is taken in the normalisation of the instance's committed reference front
 where there is one (so it compares with the exact front), else against a reference point
@@ -64,16 +64,17 @@ class Nsga2Settings:
     mutation: str = "reset"
     """``reset``: each gene is reset to a uniform random value with probability
     ``reset_genes / n_var``; ``polynomial``: pymoo's polynomial mutation. Most genes are
-    categorical, which small polynomial steps rarely change: on the quick suite (3 seeds)
-    reset mutation gave a mean hypervolume ratio to the exact fronts of 0.988 (worst 0.957)
-    against 0.981 (worst 0.920) for polynomial mutation
-    (``python scripts/bench_heuristics.py --mutation reset|polynomial``)."""
+    categorical, which small polynomial steps rarely change: on the quick suite (3 seeds
+    each) reset mutation gave a mean hypervolume ratio to the exact fronts of 0.988 (worst
+    instance 0.968) against 0.981 (worst 0.954) for polynomial mutation
+    (``python scripts/bench_heuristics.py --methods nsga2 --mutation reset|polynomial``)."""
     reset_genes: float = 2.0
     """Mean number of genes per child that reset mutation redraws."""
 
 
 class PlanProblem(Problem):
-    """Minimise (step_time_s, gpus, comm_cost) over genomes, one constraint (violation)."""
+    """Minimise (step_time_s, gpus, comm_cost) over genomes, one constraint (violation).
+    Keeps an archive of the feasible non-dominated genomes among all it has scored."""
 
     def __init__(self, encoding: PlanEncoding):
         super().__init__(n_var=encoding.num_genes, n_obj=3, n_ieq_constr=1, xl=0.0,
@@ -83,6 +84,8 @@ class PlanProblem(Problem):
         self.usable_memory = cost_model(instance).usable_memory
         self.free = np.array([d.free_gpus for d in instance.domains], dtype=float)
         self.evaluations = 0
+        self.archive_objectives = np.zeros((0, 3))
+        self.archive_genes = np.zeros((0, encoding.num_genes))
 
     def _evaluate(self, genes, out, *args, **kwargs):
         batch = self.encoding.decode(genes)
@@ -92,6 +95,11 @@ class PlanProblem(Problem):
         gpus = np.maximum(result.domain_gpus / np.maximum(self.free, 1) - 1, 0).max(axis=1)
         out["F"] = result.objectives
         out["G"] = (result.violation.sum(axis=1) + memory + gpus)[:, None]
+        objectives = np.concatenate([self.archive_objectives,
+                                     result.objectives[result.feasible]])
+        genes = np.concatenate([self.archive_genes, np.asarray(genes)[result.feasible]])
+        keep = nondominated_mask(objectives)
+        self.archive_objectives, self.archive_genes = objectives[keep], genes[keep]
 
 
 class ResetMutation(Mutation):
@@ -123,30 +131,22 @@ class PlanRepair(Repair):
         return out
 
 
-class ArchiveCallback(Callback):
-    """Keeps the feasible non-dominated plans seen so far and logs their hypervolume."""
+class HypervolumeLog(Callback):
+    """The hypervolume of the problem's archive after each generation."""
 
     def __init__(self, normalisation: dict | None, verbose: bool = False):
         super().__init__()
-        self.objectives = np.zeros((0, 3))
-        self.genes = np.zeros((0, 0))
         self.normalisation = normalisation
         self.hypervolume: list[float] = []
         self.verbose = verbose
 
     def notify(self, algorithm):
-        population = algorithm.pop
-        feasible = population.get("CV")[:, 0] <= 0
-        objectives = np.concatenate([self.objectives, population.get("F")[feasible]])
-        genes = population.get("X")[feasible]
-        genes = genes if not len(self.genes) else np.concatenate([self.genes, genes])
-        keep = nondominated_mask(objectives)
-        self.objectives, self.genes = objectives[keep], genes[keep]
-        if self.normalisation is None and len(self.objectives):
-            self.normalisation = reference_box(self.objectives)
-        self.hypervolume.append(normalised_hypervolume(self.objectives, self.normalisation))
+        archive = algorithm.problem.archive_objectives
+        if self.normalisation is None and len(archive):
+            self.normalisation = reference_box(archive)
+        self.hypervolume.append(normalised_hypervolume(archive, self.normalisation))
         if self.verbose:
-            print(f"  generation {algorithm.n_gen}: {len(self.objectives)} archived, "
+            print(f"  generation {algorithm.n_gen}: {len(archive)} archived, "
                   f"hypervolume {self.hypervolume[-1]:.4f}", file=sys.stderr)
 
 
@@ -157,23 +157,23 @@ def nsga2_front(instance: Instance, settings: Nsga2Settings = Nsga2Settings(),
     start = time.perf_counter()
     encoding = PlanEncoding(instance)
     problem = PlanProblem(encoding)
-    archive = ArchiveCallback(normalisation, verbose)
+    log = HypervolumeLog(normalisation, verbose)
     if settings.mutation not in MUTATIONS:
         raise ValueError(f"mutation must be one of {MUTATIONS}, got {settings.mutation!r}")
     mutation = ResetMutation(settings.reset_genes) if settings.mutation == "reset" else PM()
     algorithm = NSGA2(pop_size=settings.population, repair=PlanRepair(), mutation=mutation,
                       eliminate_duplicates=True)
     minimize(problem, algorithm, ("n_gen", settings.generations), seed=settings.seed,
-             callback=archive, verbose=False, copy_algorithm=False)
-    batch = encoding.decode(archive.genes) if len(archive.genes) else None
-    plans = [] if batch is None else batch.to_plans()
+             callback=log, verbose=False, copy_algorithm=False)
+    plans = encoding.decode(problem.archive_genes).to_plans() if len(problem.archive_genes) \
+        else []
     front = Front.from_plans(instance, plans, "heuristic")
     front.provenance = {
         "command": command or "solvers.nsga2.nsga2_front()", "method": "nsga2",
         "versions": versions(), "parameters": asdict(settings),
         "wall_time_s": round(time.perf_counter() - start, 3),
         "evaluations": problem.evaluations,
-        "hypervolume_per_generation": [round(v, 6) for v in archive.hypervolume],
+        "hypervolume_per_generation": [round(v, 6) for v in log.hypervolume],
         "hypervolume_normalisation": ("reference front" if normalisation is not None
                                       else "first feasible generation"),
         "violation_kinds": list(VIOLATIONS),

@@ -29,9 +29,8 @@ non-dominated plans, which are the decisions.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from functools import cache
-
-import numpy as np
 
 from formulation.instance import Instance
 from formulation.plan import Plan
@@ -101,12 +100,29 @@ def stage_counts(most: tuple[int, ...], limit: int) -> list[tuple[int, ...]]:
             for tail in stage_counts(most[1:], limit - c)]
 
 
+def layouts(tables: PairTables, beam: int) -> Iterator[tuple[tuple[int, ...], list[Slot]]]:
+    """Every (region chain, stages front to back) the rules admit for one pair."""
+    limit = min(tables.positions, tables.layers)
+    for length in range(1, min(limit, tables.num_domains) + 1):
+        for chain in ranked_chains(tables, length, beam):
+            for options in mode_options(tables).values():
+                most = tuple(int(tables.free_gpus[k] // tables.gpus[options[0]]) for k in chain)
+                if min(most) < 1:
+                    continue
+                for counts in stage_counts(most, limit):
+                    choices = [tp_candidates(tables, options, k, c)
+                               for k, c in zip(chain, counts, strict=True)]
+                    for chosen in itertools.product(*choices):
+                        yield chain, [Slot(k, o) for k, o, c in zip(chain, chosen, counts,
+                                                                   strict=True)
+                                      for _ in range(c)]
+
+
 def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM) -> list[Plan]:
     """Per (dp, micro-batch) pair, GPU count and region chain, the layout the DP estimates
-    fastest (its slowest stage or busiest link, the 1F1B period)."""
+    fastest (its slowest stage or busiest link: the 1F1B period)."""
     plans = []
     for tables in all_pair_tables(instance):
-        by_mode = mode_options(tables)
 
         @cache
         def split(sequence: tuple[int, ...], tables=tables) -> tuple[tuple[int, ...], float]:
@@ -118,31 +134,17 @@ def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM) -> list[Plan
                           for j, (o, n) in enumerate(zip(sequence, layers, strict=True)))
             return tuple(layers), slowest
 
-        limit = min(tables.positions, tables.layers)
         best: dict[tuple, tuple[float, list[Slot], tuple[int, ...]]] = {}
-        for length in range(1, min(limit, tables.num_domains) + 1):
-            for chain in ranked_chains(tables, length, beam):
-                links = max((float(tables.occupancy[a, z]) for a, z in itertools.pairwise(chain)),
-                            default=0.0)
-                for options in by_mode.values():
-                    most = tuple(int(tables.free_gpus[k] // tables.gpus[options[0]])
-                                 for k in chain)
-                    if min(most) < 1:
-                        continue
-                    for counts in stage_counts(most, limit):
-                        choices = [tp_candidates(tables, options, k, c)
-                                   for k, c in zip(chain, counts, strict=True)]
-                        for chosen in itertools.product(*choices):
-                            sequence = tuple(o for o, c in zip(chosen, counts, strict=True)
-                                             for _ in range(c))
-                            layers, slowest = split(sequence)
-                            gpus = int(sum(tables.gpus[o] for o in sequence))
-                            estimate = max(slowest, links)
-                            if layers and estimate < best.get((gpus, chain), (np.inf,))[0]:
-                                slots = [Slot(k, o) for k, o, c in zip(chain, chosen, counts,
-                                                                       strict=True)
-                                         for _ in range(c)]
-                                best[(gpus, chain)] = (estimate, slots, layers)
+        for chain, slots in layouts(tables, beam):
+            layers, slowest = split(tuple(s.option for s in slots))
+            if not layers:
+                continue
+            busiest_link = max((float(tables.occupancy[a, z])
+                                for a, z in itertools.pairwise(chain)), default=0.0)
+            estimate = max(slowest, busiest_link)
+            key = (int(sum(tables.gpus[s.option] for s in slots)), chain)
+            if estimate < best.get(key, (float("inf"),))[0]:
+                best[key] = (estimate, slots, layers)
         plans += [slots_plan(tables, slots, layers) for _, slots, layers in best.values()]
     return plans
 
