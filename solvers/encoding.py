@@ -207,12 +207,9 @@ def _grow(tables: PairTables, stages: list[Stage]) -> list[Stage]:
     change that adds most capacity, among: a stage's next larger tp (if its domain has the
     GPUs), or a new stage beside an existing one (same domain and option, half its layers)
     in a domain with room for it, while the stage limit allows."""
-    used = np.zeros(tables.num_domains, dtype=np.int64)
-    for s in stages:
-        used[s.domain] += tables.dp * s.tp
-    room = tables.free_gpus - used
     tps = sorted({t for t, _ in tables.options})
     while sum(_caps(tables, stages)) < tables.layers:
+        room = _room(tables, stages)
         moves = []
         for j, s in enumerate(stages):
             larger = [t for t in tps if t > s.tp and _option(tables, t, s.recompute) is not None
@@ -234,8 +231,12 @@ def _grow(tables: PairTables, stages: list[Stage]) -> list[Stage]:
         if sum(_caps(tables, best)) <= sum(_caps(tables, stages)):
             break
         stages = best
-        used[:] = 0
-        for s in stages:
-            used[s.domain] += tables.dp * s.tp
-        room = tables.free_gpus - used
     return stages
+
+
+def _room(tables: PairTables, stages: list[Stage]) -> np.ndarray:
+    """Free GPUs left in each domain by the stages."""
+    room = tables.free_gpus.astype(np.int64).copy()
+    for s in stages:
+        room[s.domain] -= tables.dp * s.tp
+    return room
