@@ -24,8 +24,10 @@ from solvers.tables import PairTables
 
 @dataclass
 class Decisions:
-    """What a baseline outputs: its plans (each one a decision it would deploy, e.g. one per
-    budget), how many candidate plans it scored on the way, and its settings."""
+    """What a baseline outputs: the plans it would deploy (one per budget where it ranks by
+    its own estimate; all its feasible plans where the evaluator is its ranking, since
+    the front then keeps exactly those best under some budget), how many candidate plans it
+    scored on the way, and its settings."""
 
     plans: list[AnyPlan]
     candidates: int

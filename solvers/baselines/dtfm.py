@@ -51,8 +51,9 @@ class GaSettings:
 
 def open_loop_order(stage_domains: tuple[int, ...], distance: np.ndarray) -> tuple[int, ...]:
     """The order of ``stage_domains`` along an open path of least total ``distance``
-    (Held-Karp over subsets; stages in one domain are 0 apart in intra-domain delay terms
-    of ``distance``'s diagonal). Ties resolve to the lexicographically smallest order."""
+    (Held-Karp over subsets of stages; two stages in one domain ``k`` are
+    ``distance[k, k]`` apart, the intra-domain delay). Among equal paths the
+    lexicographically smallest order wins."""
     count = len(stage_domains)
     if count <= 2:
         return tuple(sorted(stage_domains))

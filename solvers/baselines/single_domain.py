@@ -75,7 +75,6 @@ def one_domain_attempt(instance: Instance, domain: int) -> Plan:
     tp = max(tps)
     count = max(1, min(search.max_stages, instance.model.layers, free // (dp * tp)))
     recompute = "full" if "full" in search.recompute else search.recompute[0]
-    micro_batch = min(b for b in search.micro_batch)
     layers = split_layers(instance.model.layers, np.ones(count))
-    return Plan(dp=dp, micro_batch=micro_batch, stages=tuple(
+    return Plan(dp=dp, micro_batch=min(search.micro_batch), stages=tuple(
         Stage(domain=domain, layers=n, tp=tp, recompute=recompute) for n in layers))
