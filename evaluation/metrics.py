@@ -17,13 +17,7 @@ from __future__ import annotations
 import moocore
 import numpy as np
 
-from solvers.front import Front, normalised_hypervolume
-
-
-def _scaled(objectives: np.ndarray, normalisation: dict) -> np.ndarray:
-    ideal, nadir = (np.asarray(normalisation[key], dtype=float) for key in ("ideal", "nadir"))
-    return (np.asarray(objectives, dtype=float).reshape(-1, 3) - ideal) / np.where(
-        nadir > ideal, nadir - ideal, 1.0)
+from solvers.front import Front, normalised_hypervolume, scale_to_box
 
 
 def hypervolume_ratio(objectives: np.ndarray, reference: Front) -> float:
@@ -34,16 +28,16 @@ def hypervolume_ratio(objectives: np.ndarray, reference: Front) -> float:
 def igd_plus(objectives: np.ndarray, reference: Front) -> float:
     if not len(objectives):
         return float("inf")
-    return float(moocore.igd_plus(_scaled(objectives, reference.normalisation),
-                                  ref=_scaled(reference.objectives, reference.normalisation)))
+    return float(moocore.igd_plus(scale_to_box(objectives, reference.normalisation),
+                                  ref=scale_to_box(reference.objectives, reference.normalisation)))
 
 
 def epsilon_additive(objectives: np.ndarray, reference: Front) -> float:
     if not len(objectives):
         return float("inf")
     return float(moocore.epsilon_additive(
-        _scaled(objectives, reference.normalisation),
-        ref=_scaled(reference.objectives, reference.normalisation)))
+        scale_to_box(objectives, reference.normalisation),
+        ref=scale_to_box(reference.objectives, reference.normalisation)))
 
 
 def step_time_gaps(objectives: np.ndarray, reference: Front, rtol: float = 1e-9) -> np.ndarray:

@@ -79,10 +79,7 @@ class DilocoEvaluation(Scores):
     changes_optimizer: bool = True  # not comparable on convergence (see the module doc)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"feasible": self.feasible, "violations": self.violations,
-                "step_time_s": self.step_time_s, "gpus": self.gpus, "comm_cost": self.comm_cost,
-                **self.derived, "breakdown": self.breakdown,
-                "changes_optimizer": self.changes_optimizer,
+        return {**super().to_dict(), "changes_optimizer": self.changes_optimizer,
                 "workers": [worker.to_dict() for worker in self.workers]}
 
 

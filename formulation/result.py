@@ -39,6 +39,11 @@ class Scores:
     def violation_kinds(self) -> set[str]:
         return {message.split(":", 1)[0] for message in self.violations}
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"feasible": self.feasible, "violations": self.violations,
+                "step_time_s": self.step_time_s, "gpus": self.gpus, "comm_cost": self.comm_cost,
+                **self.derived, "breakdown": self.breakdown}
+
 
 @dataclass(frozen=True)
 class Evaluation(Scores):
@@ -62,10 +67,7 @@ class Evaluation(Scores):
                 for j, s in enumerate(self.plan.stages)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"feasible": self.feasible, "violations": self.violations,
-                "step_time_s": self.step_time_s, "gpus": self.gpus, "comm_cost": self.comm_cost,
-                **self.derived, "breakdown": self.breakdown, "run": self.run,
-                "stages": self.stages}
+        return {**super().to_dict(), "run": self.run, "stages": self.stages}
 
 
 def latency_bound(compute_from_end: list[float], delay_from_end: list[float]) -> float:

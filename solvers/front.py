@@ -64,6 +64,14 @@ def reference_box(objectives: np.ndarray, margin: float = HV_REFERENCE_MARGIN) -
             "hv_reference_rule": f"nadir + {margin:g} * range"}
 
 
+def scale_to_box(objectives: np.ndarray, normalisation: dict) -> np.ndarray:
+    """Objectives scaled per objective so that ideal -> 0 and nadir -> 1 (a flat objective
+    is only shifted)."""
+    ideal, nadir = (np.asarray(normalisation[key], dtype=float) for key in ("ideal", "nadir"))
+    return (np.asarray(objectives, dtype=float).reshape(-1, 3) - ideal) / np.where(
+        nadir > ideal, nadir - ideal, 1.0)
+
+
 def normalised_hypervolume(objectives: np.ndarray, normalisation: dict | None) -> float:
     """Hypervolume of ``objectives`` scaled per objective by ideal and nadir (a flat
     objective by 1), against the normalisation's reference point; points outside the
@@ -71,10 +79,8 @@ def normalised_hypervolume(objectives: np.ndarray, normalisation: dict | None) -
     objectives = np.asarray(objectives, dtype=float).reshape(-1, 3)
     if normalisation is None or not len(objectives):
         return 0.0
-    ideal, nadir, reference = (np.asarray(normalisation[key], dtype=float)
-                               for key in ("ideal", "nadir", "hv_reference"))
-    span = np.where(nadir > ideal, nadir - ideal, 1.0)
-    scaled, ref = (objectives - ideal) / span, (reference - ideal) / span
+    scaled = scale_to_box(objectives, normalisation)
+    ref = scale_to_box(np.asarray(normalisation["hv_reference"], dtype=float), normalisation)[0]
     inside = scaled[np.all(scaled < ref, axis=1)]
     return float(moocore.hypervolume(inside, ref=ref)) if len(inside) else 0.0
 
