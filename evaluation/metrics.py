@@ -1,52 +1,155 @@
-"""Quality indicators of a method's front against an exact reference front.
+"""Quality indicators of a method's points against an exact reference front (minimisation).
 
-All indicators work on the reference front's normalisation (ideal and nadir stored with it,
-fixed once), so that the three objectives weigh alike and results compare across methods:
+A :class:`ReferenceSet` is the exact front in one objective space with its fixed
+normalisation (ideal, nadir, hypervolume reference point; stored with the committed front
+for (step_time_s, gpus, comm_cost), derived from the front for (step_time_s, 1/MFU,
+comm_cost)). Every indicator takes a method's (N, 3) objective array in the same space:
 
-* ``hypervolume_ratio``: the method's hypervolume over the reference's (1 = as good);
-* ``igd_plus``: mean distance from each reference point to the region the method
-  dominates (0 = every reference point is matched or beaten; moocore);
-* ``epsilon_additive``: the least shift that makes the method's front weakly dominate
-  every reference point (0 = the same front; moocore);
-* ``step_time_gaps``: for each method point, how much slower it is than the fastest
-  reference plan that uses no more GPUs and costs no more (0 = on the front).
+* ``coverage(eps)``: share of reference points z for which the method has a point a with
+  a_i <= (1 + eps) z_i in every objective (the sponsor's "Pareto coverage");
+* ``hypervolume_ratio``: the method's hypervolume over the reference's, both normalised;
+* ``igd_plus``: mean distance from each reference point to the region the method dominates
+  (normalised; 0 = every reference point matched or beaten; moocore);
+* ``epsilon_additive``: least shift (normalised) that makes the method weakly dominate every
+  reference point (moocore);
+* ``epsilon_multiplicative``: least factor e with, for every z, some a_i <= e z_i (raw
+  objectives; a zero objective is matched only by zero). Coverage at eps is 100 % exactly
+  when this is <= 1 + eps;
+* ``c_metric(A, B)``: share of B weakly dominated by some point of A (Zitzler's C);
+* ``preference_gap``: ``J(best method point) / J* - 1`` for the seeds' scalarised cost J
+  (:mod:`formulation.reward`), J* its minimum over the reference front.
+
+A method with no points scores coverage 0, hypervolume 0, and infinite distances.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import moocore
 import numpy as np
 
-from solvers.front import Front, normalised_hypervolume, scale_to_box
+from formulation.reward import RewardScale, mfu_space, scalarised_cost
+from solvers.front import (
+    Front,
+    nondominated_mask,
+    normalised_hypervolume,
+    reference_box,
+    scale_to_box,
+)
+
+RTOL = 1e-9  # a solver's rounding is not a difference between plans
 
 
-def hypervolume_ratio(objectives: np.ndarray, reference: Front) -> float:
-    whole = normalised_hypervolume(reference.objectives, reference.normalisation)
-    return normalised_hypervolume(objectives, reference.normalisation) / whole if whole else 0.0
+@dataclass(frozen=True)
+class ReferenceSet:
+    """Non-dominated reference points in one objective space and their normalisation."""
+
+    objectives: np.ndarray  # (M, 3)
+    normalisation: dict
+
+    @staticmethod
+    def of_front(front: Front) -> ReferenceSet:
+        if not front.points:
+            raise ValueError(f"reference front of {front.instance} has no points")
+        return ReferenceSet(front.objectives, front.normalisation
+                            or reference_box(front.objectives))
+
+    @staticmethod
+    def in_mfu_space(front: Front, scale: RewardScale) -> ReferenceSet:
+        """The front mapped to (step_time_s, 1/MFU, comm_cost): its non-dominated part there,
+        with a box derived the same way as the committed one."""
+        mapped = mfu_space(front.objectives, scale)
+        mapped = mapped[nondominated_mask(mapped)]
+        return ReferenceSet(mapped, reference_box(mapped))
+
+    @property
+    def hypervolume(self) -> float:
+        return normalised_hypervolume(self.objectives, self.normalisation)
 
 
-def igd_plus(objectives: np.ndarray, reference: Front) -> float:
-    if not len(objectives):
+def _points(objectives: np.ndarray) -> np.ndarray:
+    return np.asarray(objectives, dtype=float).reshape(-1, 3)
+
+
+def coverage(objectives: np.ndarray, reference: ReferenceSet, eps: float) -> float:
+    method = _points(objectives)
+    if not len(method):
+        return 0.0
+    bound = reference.objectives * (1 + eps) * (1 + RTOL) + 1e-12
+    covered = np.all(method[:, None, :] <= bound[None], axis=2).any(axis=0)
+    return float(covered.mean())
+
+
+def hypervolume_ratio(objectives: np.ndarray, reference: ReferenceSet) -> float:
+    whole = reference.hypervolume
+    return normalised_hypervolume(_points(objectives), reference.normalisation) / whole \
+        if whole else 0.0
+
+
+def igd_plus(objectives: np.ndarray, reference: ReferenceSet) -> float:
+    method = _points(objectives)
+    if not len(method):
         return float("inf")
-    return float(moocore.igd_plus(scale_to_box(objectives, reference.normalisation),
-                                  ref=scale_to_box(reference.objectives, reference.normalisation)))
+    return float(moocore.igd_plus(scale_to_box(method, reference.normalisation),
+                                  ref=scale_to_box(reference.objectives,
+                                                   reference.normalisation)))
 
 
-def epsilon_additive(objectives: np.ndarray, reference: Front) -> float:
-    if not len(objectives):
+def epsilon_additive(objectives: np.ndarray, reference: ReferenceSet) -> float:
+    method = _points(objectives)
+    if not len(method):
         return float("inf")
     return float(moocore.epsilon_additive(
-        scale_to_box(objectives, reference.normalisation),
+        scale_to_box(method, reference.normalisation),
         ref=scale_to_box(reference.objectives, reference.normalisation)))
 
 
-def step_time_gaps(objectives: np.ndarray, reference: Front, rtol: float = 1e-9) -> np.ndarray:
+def epsilon_multiplicative(objectives: np.ndarray, reference: ReferenceSet) -> float:
+    method = _points(objectives)
+    if not len(method):
+        return float("inf")
+    a, z = method[:, None, :], reference.objectives[None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(z > 0, a / np.where(z > 0, z, 1.0), np.where(a <= 0, 1.0, np.inf))
+    return float(ratio.max(axis=2).min(axis=0).max())
+
+
+def c_metric(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of the points of ``b`` that some point of ``a`` weakly dominates."""
+    a, b = _points(a), _points(b)
+    if not len(b):
+        return 0.0
+    if not len(a):
+        return 0.0
+    weakly = np.all(a[:, None, :] <= b[None] * (1 + RTOL) + 1e-12, axis=2).any(axis=0)
+    return float(weakly.mean())
+
+
+def preference_gap(objectives: np.ndarray, reference: np.ndarray, weights,
+                   scale: RewardScale) -> float:
+    """``min J(method) / min J(reference) - 1`` in (step_time_s, gpus, comm_cost); inf
+    without points. Negative only for a method outside the reference's plan space."""
+    method = _points(objectives)
+    if not len(method):
+        return float("inf")
+    best = scalarised_cost(reference, weights, scale).min()
+    return float(scalarised_cost(method, weights, scale).min() / best - 1)
+
+
+def chosen_point(objectives: np.ndarray, weights, scale: RewardScale) -> int:
+    """Index of the point a method deploys for a preference: the least J."""
+    return int(np.argmin(scalarised_cost(_points(objectives), weights, scale)))
+
+
+def step_time_gaps(objectives: np.ndarray, reference: ReferenceSet,
+                   rtol: float = RTOL) -> np.ndarray:
     """Per method point ``T / T* - 1`` with ``T*`` the least reference step time among points
     with no more GPUs and no more cost; NaN where no reference point is that frugal."""
-    objectives = np.asarray(objectives, dtype=float).reshape(-1, 3)
+    method = _points(objectives)
     ref = reference.objectives
-    gaps = np.full(len(objectives), np.nan)
-    for i, (step, gpus, cost) in enumerate(objectives):
+    gaps = np.full(len(method), np.nan)
+    for i, (step, gpus, cost) in enumerate(method):
         within = (ref[:, 1] <= gpus) & (ref[:, 2] <= cost * (1 + rtol) + 1e-12)
         if within.any():
             gaps[i] = step / ref[within, 0].min() - 1

@@ -35,6 +35,11 @@ MAX_DOMAIN_SHARE = 0.4
 MIN_SINGLE_DOMAIN_SLOWDOWN = 1.15
 SEED_ATTEMPTS = 60
 CROSS_DOMAIN_SAMPLE = 150
+# Preference vectors (w1 efficiency, w2 utilisation, w3 cost) of the seeds' reward at which
+# every suite is scored (optimality gap per preference, the plans a method deploys). Each
+# has w1 or w2 > 0, so the scalarised optimum J* is positive and J / J* - 1 is defined.
+PREFERENCES = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.5, 0.0, 0.5), (0.6, 0.2, 0.2),
+               (0.2, 0.6, 0.2), (0.2, 0.2, 0.6), (1 / 3, 1 / 3, 1 / 3))
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,7 @@ def build_suite(name: str, out_dir: Path) -> dict:
                      "xdsched": metadata.version("xdsched")},
         "admission": {"max_domain_share": MAX_DOMAIN_SHARE,
                       "min_single_domain_slowdown": MIN_SINGLE_DOMAIN_SLOWDOWN},
+        "preferences": [list(w) for w in PREFERENCES],
         "wall_time_s": round(time.perf_counter() - start, 1),
         "instances": entries,
     }
@@ -161,6 +167,17 @@ def suite_paths(name: str, root: Path = SUITES_DIR) -> list[Path]:
 
     manifest = read_json(root / name / "manifest.json", "suite manifest")
     return [root / name / entry["file"] for entry in manifest["instances"]]
+
+
+def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
+    """The preference vectors of a suite directory: its manifest's, else ``PREFERENCES``."""
+    from formulation.schema import read_json
+
+    manifest = directory / "manifest.json"
+    if not manifest.exists():
+        return [tuple(w) for w in PREFERENCES]
+    return [tuple(float(x) for x in w)
+            for w in read_json(manifest, "suite manifest").get("preferences", PREFERENCES)]
 
 
 def main(argv: list[str] | None = None) -> int:

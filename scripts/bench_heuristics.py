@@ -17,7 +17,13 @@ from collections import defaultdict
 
 import numpy as np
 
-from evaluation.metrics import epsilon_additive, hypervolume_ratio, igd_plus, step_time_gaps
+from evaluation.metrics import (
+    ReferenceSet,
+    epsilon_additive,
+    hypervolume_ratio,
+    igd_plus,
+    step_time_gaps,
+)
 from formulation.instance import Instance
 from instances.suites import SUITES_DIR, suite_paths
 from solvers.baselines import METHODS, baseline_front
@@ -46,6 +52,7 @@ def main() -> None:
         reference = Front.load(SUITES_DIR.parent / "fronts" / args.suite /
                                f"{path.stem}.front.json", instance)
         name = path.stem + ("*" if reference.status != "exact" else "")
+        reference_set = ReferenceSet.of_front(reference)
         for method in methods:
             runs = []
             for seed in range(args.seeds if method == "nsga2" else 1):
@@ -58,18 +65,18 @@ def main() -> None:
                 else:
                     front = baseline_front(instance, method)
                 runs.append((front, time.perf_counter() - start))
-            ratios = [hypervolume_ratio(f.objectives, reference) for f, _ in runs]
+            ratios = [hypervolume_ratio(f.objectives, reference_set) for f, _ in runs]
             wall = float(np.mean([w for _, w in runs]))
             front = runs[0][0]
-            gaps = step_time_gaps(front.objectives, reference)
+            gaps = step_time_gaps(front.objectives, reference_set)
             gaps = gaps[np.isfinite(gaps)]
             dominated = int(dominated_by(reference.objectives, front.objectives).sum()
                             if front.points else 0)
             ratio = (f"{np.mean(ratios):6.3f} ({min(ratios):.3f})" if len(ratios) > 1
                      else f"{ratios[0]:13.3f}")
             print(f"{name:32} {method:13} {len(front.points):4} {wall:7.2f} {ratio:>13} "
-                  f"{igd_plus(front.objectives, reference):6.3f} "
-                  f"{epsilon_additive(front.objectives, reference):6.3f} "
+                  f"{igd_plus(front.objectives, reference_set):6.3f} "
+                  f"{epsilon_additive(front.objectives, reference_set):6.3f} "
                   f"{_percent(gaps, np.median):>8} {_percent(gaps, np.max):>8} "
                   f"{dominated:4}", flush=True)
             summary[method].append((float(np.mean(ratios)), wall))

@@ -134,17 +134,21 @@ class PlanRepair(Repair):
 class HypervolumeLog(Callback):
     """The hypervolume of the problem's archive after each generation."""
 
-    def __init__(self, normalisation: dict | None, verbose: bool = False):
+    def __init__(self, normalisation: dict | None, verbose: bool = False,
+                 start: float | None = None):
         super().__init__()
         self.normalisation = normalisation
         self.hypervolume: list[float] = []
+        self.elapsed_s: list[float] = []  # since ``start`` (default: now), per generation
         self.verbose = verbose
+        self._start = time.perf_counter() if start is None else start
 
     def notify(self, algorithm):
         archive = algorithm.problem.archive_objectives
         if self.normalisation is None and len(archive):
             self.normalisation = reference_box(archive)
         self.hypervolume.append(normalised_hypervolume(archive, self.normalisation))
+        self.elapsed_s.append(time.perf_counter() - self._start)
         if self.verbose:
             print(f"  generation {algorithm.n_gen}: {len(archive)} archived, "
                   f"hypervolume {self.hypervolume[-1]:.4f}", file=sys.stderr)
@@ -157,7 +161,7 @@ def nsga2_front(instance: Instance, settings: Nsga2Settings = Nsga2Settings(),
     start = time.perf_counter()
     encoding = PlanEncoding(instance)
     problem = PlanProblem(encoding)
-    log = HypervolumeLog(normalisation, verbose)
+    log = HypervolumeLog(normalisation, verbose, start)
     if settings.mutation not in MUTATIONS:
         raise ValueError(f"mutation must be one of {MUTATIONS}, got {settings.mutation!r}")
     mutation = ResetMutation(settings.reset_genes) if settings.mutation == "reset" else PM()
@@ -174,6 +178,7 @@ def nsga2_front(instance: Instance, settings: Nsga2Settings = Nsga2Settings(),
         "wall_time_s": round(time.perf_counter() - start, 3),
         "evaluations": problem.evaluations,
         "hypervolume_per_generation": [round(v, 6) for v in log.hypervolume],
+        "elapsed_s_per_generation": [round(v, 4) for v in log.elapsed_s],
         "hypervolume_normalisation": ("reference front" if normalisation is not None
                                       else "first feasible generation"),
         "violation_kinds": list(VIOLATIONS),

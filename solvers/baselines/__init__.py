@@ -28,6 +28,7 @@ from solvers.baselines.diloco import diloco
 from solvers.baselines.dtfm import GaSettings, dtfm
 from solvers.baselines.greedy import greedy
 from solvers.baselines.oblivious import oblivious
+from solvers.baselines.references import BaselineReferences, baseline_references
 from solvers.baselines.sailor import sailor
 from solvers.baselines.single_domain import single_domain
 from solvers.front import Front, versions
@@ -63,4 +64,5 @@ def baseline_front(instance: Instance, method: str, command: str | None = None,
     return front
 
 
-__all__ = ["METHODS", "Decisions", "GaSettings", "baseline_front"]
+__all__ = ["METHODS", "BaselineReferences", "Decisions", "GaSettings", "baseline_front",
+           "baseline_references"]

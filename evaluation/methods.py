@@ -1,0 +1,96 @@
+"""The methods the evaluation scores, behind one interface.
+
+A method turns one instance state into its plans: a *decision* is one call, and its
+wall time is the method's decision latency (a whole front for NSGA-II and the baselines).
+Each :class:`Method` returns a :class:`MethodRun`: the front of its feasible plans (scored
+by the evaluator), how many plans it returned and how many were feasible, and for anytime
+methods the hypervolume it had reached over time.
+
+``hippo`` is the learned scheduler of the Hi-PPO issue; until its ``rl`` package exists the
+evaluation reports it as missing instead of scoring it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from formulation.instance import Instance
+from solvers.baselines import METHODS as BASELINES
+from solvers.baselines import GaSettings, baseline_front
+from solvers.front import Front
+from solvers.nsga2 import Nsga2Settings, nsga2_front
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    front: Front  # the feasible non-dominated plans the method returned
+    decisions: int  # plans it returned
+    feasible: int  # of which feasible
+    anytime: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since the start, normalised hypervolume of its plans so far); empty for
+    one-shot methods."""
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    seeded: bool  # whether different seeds give different results
+    run: Callable[[Instance, int, dict | None, dict], MethodRun] | None
+    """(instance, seed, reference normalisation, options) -> MethodRun; None for the
+    reference itself."""
+    description: str
+
+
+def _nsga2(instance: Instance, seed: int, normalisation: dict | None,
+           options: dict) -> MethodRun:
+    settings = Nsga2Settings(seed=seed, **options.get("nsga2", {}))
+    front = nsga2_front(instance, settings, normalisation)
+    provenance = front.provenance
+    anytime = list(zip(provenance["elapsed_s_per_generation"],
+                       provenance["hypervolume_per_generation"], strict=True))
+    return MethodRun(front, len(front.points), len(front.points), anytime)
+
+
+def _baseline(name: str) -> Callable[[Instance, int, dict | None, dict], MethodRun]:
+    def run(instance: Instance, seed: int, normalisation: dict | None,
+            options: dict) -> MethodRun:
+        extra = {"settings": GaSettings(seed=seed)} if name == "dtfm" else {}
+        front = baseline_front(instance, name, **extra)
+        decisions = front.provenance["decisions"]
+        return MethodRun(front, decisions,
+                         decisions - len(front.provenance["infeasible_decisions"]))
+    return run
+
+
+DESCRIPTIONS = {
+    "nsga2": "NSGA-II with repair (solvers.nsga2)",
+    "single-domain": "best plan inside one domain",
+    "oblivious": "network-oblivious static chain",
+    "greedy": "network-aware greedy placement",
+    "sailor": "Sailor-like DP planner",
+    "dtfm": "DT-FM-like GA with open-loop TSP order",
+    "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
+}
+METHODS: dict[str, Method] = {
+    # The committed exact front, scored like a method so that every table shows what the
+    # ground truth achieves; its latency is the solver wall time in the front's provenance.
+    "exact": Method("exact", False, None, "the committed exact front (reference)"),
+    "nsga2": Method("nsga2", True, _nsga2, DESCRIPTIONS["nsga2"]),
+    **{name: Method(name, name == "dtfm", _baseline(name), DESCRIPTIONS[name])
+       for name in BASELINES},
+}
+MISSING: dict[str, str] = {}
+if importlib.util.find_spec("rl") is None:
+    MISSING["hippo"] = "the Hi-PPO agent (package rl) has not landed yet"
+ALL_METHODS = [*METHODS, *MISSING]
+
+
+def check_methods(names: list[str]) -> list[str]:
+    """The known names among ``names``; raises ValueError naming an unknown one."""
+    for name in names:
+        if name not in METHODS and name not in MISSING:
+            raise ValueError(f"--methods: unknown method {name!r}; choose from "
+                             f"{', '.join(ALL_METHODS)}")
+    return names

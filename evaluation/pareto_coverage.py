@@ -1,0 +1,240 @@
+"""Score every method against the exact Pareto fronts: the project's main job.
+
+    python -m evaluation.pareto_coverage [--suite quick|bench|DIR] [--methods NAME ...]
+        [--out DIR] [--workers N] [--scheduler ADDRESS] [--seeds N] [--repeats N]
+        [--generations N] [--population N] [--target-gap G] [--match TEXT] [--quiet]
+
+A suite is ``quick`` or ``bench`` (committed instances and exact fronts) or a directory of
+instance JSON files, each with its reference front beside it (``NAME.front.json``) or in
+``fronts/``. Each (instance, method, seed) is one work unit (:mod:`evaluation.units`); units
+run in a local process pool (``--workers``, default: one per CPU) or on a Dask cluster
+(``--scheduler``). Written into ``--out`` (default ``results/``): ``units``, ``methods``,
+``preferences``, ``kpis`` and ``points`` as CSV and Parquet, ``records.json`` (everything,
+including latencies and anytime logs), ``report.md`` and PNG plots in ``plots/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from evaluation import plots
+from evaluation.methods import ALL_METHODS, METHODS, MISSING, check_methods
+from evaluation.report import (
+    Table,
+    kpi_table,
+    markdown,
+    preference_table,
+    print_tables,
+    quality_table,
+    time_table,
+    write_atomic,
+    write_frame,
+)
+from evaluation.runner import run_units
+from evaluation.summary import kpi_frame, method_frame, preference_frame, units_frame
+from evaluation.units import EvaluationSettings, WorkUnit
+from formulation.instance import Instance
+from formulation.schema import CliParser, InputError, run_cli
+from instances.suites import SUITES_DIR, suite_paths, suite_preferences
+from solvers.front import Front, command_line, versions
+
+DEFAULT_METHODS = ALL_METHODS
+
+
+def suite_files(suite: str) -> tuple[list[tuple[Path, Path]], Path]:
+    """(instance, reference front) pairs of a suite, and the directory of its manifest."""
+    if suite in ("quick", "bench"):
+        fronts = SUITES_DIR.parent / "fronts" / suite
+        return ([(path, fronts / f"{path.stem}.front.json") for path in suite_paths(suite)],
+                SUITES_DIR / suite)
+    directory = Path(suite)
+    if not directory.is_dir():
+        raise InputError(f"--suite: {suite!r} is neither quick, bench nor a directory")
+    instances = sorted(p for p in directory.glob("*.json")
+                       if p.name != "manifest.json" and not p.name.endswith(".front.json"))
+    if not instances:
+        raise InputError(f"--suite: no instance JSON files in {str(directory)!r}")
+    pairs = []
+    for path in instances:
+        candidates = [directory / f"{path.stem}.front.json",
+                      directory / "fronts" / f"{path.stem}.front.json"]
+        front = next((c for c in candidates if c.exists()), None)
+        if front is None:
+            raise InputError(f"{path}: no reference front (looked for {candidates[0]} and "
+                             f"{candidates[1]}); make one with python -m solvers.exact {path} "
+                             f"--out {candidates[0]}")
+        pairs.append((path, front))
+    return pairs, directory
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CliParser(prog="python -m evaluation.pareto_coverage",
+                       description="Score every method against the exact Pareto fronts.")
+    parser.add_argument("--suite", default="quick", help="quick, bench or a directory")
+    parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                        help=f"methods to score (default: all of {', '.join(ALL_METHODS)})")
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="local worker processes (default: one per CPU)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run the units on this Dask scheduler instead")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of seeded methods")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed decisions per unit after one warm-up")
+    parser.add_argument("--generations", type=int, default=None, help="NSGA-II generations")
+    parser.add_argument("--population", type=int, default=None, help="NSGA-II population")
+    parser.add_argument("--target-gap", type=float, default=0.05,
+                        help="time-to-target: hypervolume ratio >= 1 - this")
+    parser.add_argument("--match", action="append", default=[],
+                        help="only instances whose name contains this (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or tables")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return run_cli(lambda: evaluate_suite(args))
+
+
+def _check(args: argparse.Namespace) -> list[str]:
+    if args.workers < 1 or args.seeds < 1 or args.repeats < 0:
+        raise InputError("--workers and --seeds must be >= 1, --repeats >= 0")
+    if not 0 <= args.target_gap < 1:
+        raise InputError("--target-gap must be in [0, 1)")
+    for name in ("generations", "population"):
+        value = getattr(args, name)
+        if value is not None and value < (2 if name == "population" else 1):
+            raise InputError(f"--{name} must be >= {2 if name == 'population' else 1}")
+    names = [n for item in (args.methods or DEFAULT_METHODS) for n in item.split(",") if n]
+    try:
+        check_methods(names)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    if args.methods is not None:
+        asked_missing = [n for n in names if n in MISSING]
+        if asked_missing:
+            name = asked_missing[0]
+            raise InputError(f"--methods: {name} is not available: {MISSING[name]}")
+    return names
+
+
+def evaluate_suite(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    names = _check(args)
+    missing = [n for n in names if n in MISSING]
+    methods = [n for n in names if n in METHODS]
+    for name in missing:
+        print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
+    pairs, suite_dir = suite_files(args.suite)
+    pairs = [p for p in pairs if not args.match or any(m in p[0].stem for m in args.match)]
+    if not pairs:
+        raise InputError(f"--match: no instance of {args.suite!r} matches {args.match}")
+    for instance_path, front_path in pairs:  # bad input fails here, before any work
+        Front.load(front_path, Instance.load(instance_path))
+
+    nsga2 = {key: value for key in ("generations", "population")
+             if (value := getattr(args, key)) is not None}
+    settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
+                                  repeats=args.repeats, target_gap=args.target_gap,
+                                  nsga2=nsga2)
+    units = [WorkUnit(str(instance), str(front), method, seed, settings)
+             for method in methods for instance, front in pairs
+             for seed in range(args.seeds if METHODS[method].seeded else 1)]
+    records = _run(units, args)
+
+    units_table = units_frame(records)
+    methods_table = method_frame(records, units_table)
+    gaps = preference_frame(records, list(settings.preferences))
+    kpis = kpi_frame(methods_table, units_table)
+    tables = [quality_table(methods_table, "", "(step time, GPUs, cost)"),
+              quality_table(methods_table, "mfu_", "(step time, 1/MFU, cost)"),
+              time_table(methods_table, settings.target_gap), preference_table(gaps),
+              kpi_table(kpis)]
+    if not args.quiet:
+        print_tables(tables)
+
+    out = args.out
+    provenance = {"command": command_line("evaluation.pareto_coverage"),
+                  "versions": versions(), "suite": args.suite,
+                  "settings": asdict(settings), "methods": methods, "missing": missing,
+                  "workers": args.workers, "scheduler": args.scheduler,
+                  "units": len(units), "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+                  "wall_time_s": round(time.perf_counter() - started, 1)}
+    write_frame(units_table, out, "units")
+    write_frame(methods_table, out, "methods")
+    write_frame(gaps.reset_index(), out, "preferences")
+    write_frame(kpis, out, "kpis")
+    write_frame(_points_frame(records), out, "points")
+    write_atomic(out / "records.json", lambda p: p.write_text(
+        json.dumps({"provenance": provenance, "records": records}, default=float)))
+    figures = [*plots.front_plots(records, out / "plots"),
+               plots.coverage_plot(records, out / "plots"),
+               plots.latency_plot(records, out / "plots")]
+    report = _report(tables, kpis, provenance, figures, out)
+    write_atomic(out / "report.md", lambda p: p.write_text(report))
+    print(f"{len(units)} units in {provenance['wall_time_s']} s -> {out}/report.md",
+          file=sys.stderr)
+    return 0
+
+
+def _run(units: list[WorkUnit], args: argparse.Namespace) -> list[dict]:
+    if args.quiet:
+        return run_units(units, args.workers, args.scheduler)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("work units", total=len(units))
+        return run_units(units, args.workers, args.scheduler,
+                         lambda unit: progress.update(
+                             task, advance=1, description=f"{unit.method} done"))
+
+
+def _points_frame(records: list[dict]) -> pd.DataFrame:
+    rows = [{"instance": r["instance"], "method": r["method"], "seed": r["seed"],
+             "step_time_s": p[0], "gpus": p[1], "comm_cost": p[2]}
+            for r in records for p in r["points"]]
+    seen = set()
+    for r in records:
+        if r["instance"] not in seen:
+            seen.add(r["instance"])
+            rows += [{"instance": r["instance"], "method": "exact", "seed": 0,
+                      "step_time_s": p[0], "gpus": p[1], "comm_cost": p[2]}
+                     for p in r["reference"]]
+    return pd.DataFrame(rows)
+
+
+def _report(tables: list[Table], kpis: pd.DataFrame, provenance: dict, figures: list[Path],
+            out: Path) -> str:
+    failing = kpis[kpis["pass"] == False]  # noqa: E712 (None means: does not apply)
+    lines = ["# Methods against the exact Pareto fronts", "",
+             f"`{provenance['command']}`: suite `{provenance['suite']}`, "
+             f"{provenance['units']} work units, {provenance['wall_time_s']} s, "
+             f"finished {provenance['finished']}.", ""]
+    if provenance["missing"]:
+        lines += [f"Not scored: {', '.join(provenance['missing'])} "
+                  f"({'; '.join(MISSING[m] for m in provenance['missing'])}).", ""]
+    lines += [markdown(table) for table in tables]
+    lines += ["### KPIs missed", ""]
+    lines += [f"- {row['method']}: {row['name']} = {row['value']:.4g} (target "
+              f"{row['target']})" for _, row in failing.iterrows()] or ["- none"]
+    lines += ["", "### Plots", ""]
+    lines += [f"![{path.stem}]({path.relative_to(out).as_posix()})" for path in figures]
+    lines += ["", "### Provenance", "", "```json",
+              json.dumps({k: v for k, v in provenance.items() if k != "settings"}, indent=1),
+              "```", "", "Settings: `" + json.dumps(provenance["settings"]) + "`", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

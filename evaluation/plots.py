@@ -1,0 +1,110 @@
+"""PNG plots of the evaluation (matplotlib, no screen needed).
+
+* ``fronts-<instance>.png``: the exact front and every method's points (first seed) in the
+  three 2-D projections of (step_time_s, gpus, comm_cost);
+* ``coverage_vs_eps.png``: mean coverage over instances against the tolerance eps;
+* ``latency_vs_quality.png``: mean hypervolume ratio against decision time per method,
+  with the anytime curve of every anytime method and the exact solver at its wall time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from evaluation.report import write_atomic  # noqa: E402
+from evaluation.units import EPS_CURVE  # noqa: E402
+
+MARKERS = "os^vD<>pP*hX"
+PROJECTIONS = ((0, 1), (0, 2), (1, 2))
+LABELS = ("step time (s)", "GPUs", "cost per step (USD)")
+
+
+def _save(figure, path: Path) -> None:
+    write_atomic(path, lambda p: figure.savefig(p, format="png", dpi=110))
+    plt.close(figure)
+
+
+def _methods(records: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["method"] for r in records))
+
+
+def front_plots(records: list[dict], directory: Path) -> list[Path]:
+    paths = []
+    methods = _methods(records)
+    for instance in dict.fromkeys(r["instance"] for r in records):
+        own = [r for r in records if r["instance"] == instance]
+        reference = np.array(own[0]["reference"])
+        figure, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+        for axis, (x, y) in zip(axes, PROJECTIONS, strict=True):
+            axis.scatter(reference[:, x], reference[:, y], s=90, facecolors="none",
+                         edgecolors="black", linewidths=1.5, label="exact", zorder=3)
+            for index, method in enumerate(methods):
+                first = next((r for r in own if r["method"] == method), None)
+                if first is None or not first["points"]:
+                    continue
+                points = np.array(first["points"])
+                axis.scatter(points[:, x], points[:, y], s=22, alpha=0.75,
+                             marker=MARKERS[index % len(MARKERS)], label=method)
+            axis.set_xlabel(LABELS[x])
+            axis.set_ylabel(LABELS[y])
+            axis.grid(alpha=0.3)
+        axes[0].legend(fontsize=7, loc="upper right")
+        figure.suptitle(f"{instance}: exact front and methods (projections)")
+        figure.tight_layout()
+        path = directory / f"fronts-{instance}.png"
+        _save(figure, path)
+        paths.append(path)
+    return paths
+
+
+def coverage_plot(records: list[dict], directory: Path) -> Path:
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for index, method in enumerate(_methods(records)):
+        curves = np.array([r["coverage_curve"] for r in records if r["method"] == method])
+        axis.plot(100 * np.array(EPS_CURVE), 100 * curves.mean(axis=0),
+                  marker=MARKERS[index % len(MARKERS)], markersize=4, label=method)
+    axis.axhline(85, color="grey", linestyle="--", linewidth=1, label="KPI 85 %")
+    axis.set_xlabel("tolerance eps (%)")
+    axis.set_ylabel("Pareto coverage (%), mean over instances")
+    axis.set_ylim(0, 102)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path = directory / "coverage_vs_eps.png"
+    _save(figure, path)
+    return path
+
+
+def latency_plot(records: list[dict], directory: Path) -> Path:
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for index, method in enumerate(_methods(records)):
+        own = [r for r in records if r["method"] == method]
+        latency = np.median([t for r in own for t in r["latency_s"]] or [np.nan])
+        quality = np.mean([r["hv_ratio"] for r in own])
+        marker = MARKERS[index % len(MARKERS)]
+        axis.scatter([latency], [quality], marker=marker, s=60, label=method, zorder=3)
+        curves = [r["anytime"] for r in own if r["anytime"]]
+        if curves:
+            length = min(len(c) for c in curves)
+            elapsed = np.mean([[t for t, _ in c[:length]] for c in curves], axis=0)
+            ratio = np.mean([[q for _, q in c[:length]] for c in curves], axis=0)
+            axis.plot(elapsed, ratio, linewidth=1, alpha=0.7)
+    walls = [r["reference_wall_s"] for r in records if np.isfinite(r["reference_wall_s"])]
+    if walls:
+        axis.scatter([np.median(walls)], [1.0], marker="*", s=160, color="black",
+                     label="exact (reference wall time)", zorder=4)
+    axis.set_xscale("log")
+    axis.set_xlabel("decision time (s, median; log)")
+    axis.set_ylabel("hypervolume ratio, mean over instances")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path = directory / "latency_vs_quality.png"
+    _save(figure, path)
+    return path

@@ -1,0 +1,143 @@
+"""Tables of the evaluation, rendered once for the terminal (rich) and once as Markdown.
+
+A :class:`Table` is a title, a header and rows of already formatted strings; both
+renderings read the same object, so the terminal and the report never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from evaluation.summary import KPIS
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+def percent(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{100 * value:.1f} %"
+
+
+def number(value: float, digits: int = 3) -> str:
+    return "inf" if value == math.inf else "-" if not math.isfinite(value) else \
+        f"{value:.{digits}f}"
+
+
+def millis(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{1000 * value:.1f} ms" if value < 10 \
+        else f"{value:.1f} s"
+
+
+def quality_table(methods: pd.DataFrame, prefix: str, space: str) -> Table:
+    columns: list[tuple[str, str, Callable[[float], str]]] = [
+        ("cov 0", "coverage_0", percent), ("cov 1%", "coverage_0.01", percent),
+        ("cov 2%", "coverage_0.02", percent), ("cov 5%", "coverage_0.05", percent),
+        ("HV ratio", "hv_ratio", number), ("IGD+", "igd_plus", number),
+        ("eps+", "eps_additive", number), ("eps x", "eps_multiplicative", number),
+        ("C(M,E)", "c_method_exact", percent), ("C(E,M)", "c_exact_method", percent)]
+    rows = []
+    for _, row in methods.iterrows():
+        name = row["method"] + (" †" if row["changes_optimizer"] else "")
+        cells = [name, str(row["instances"])]
+        cells += [fmt(row[prefix + key]) for _, key, fmt in columns]
+        if not prefix:
+            cells += [percent(row["median_gap"]), percent(row["feasibility"])]
+        rows.append(cells)
+    header = ["method", "inst", *(label for label, _, _ in columns)]
+    if not prefix:
+        header += ["gap med", "feasible"]
+    return Table(f"Quality against the exact fronts in {space}", header, rows,
+                 "Means over instances (seeds averaged first). † changes the optimiser "
+                 "(DiLoCo): outside the exact front's plan space, so it can beat it.")
+
+
+def time_table(methods: pd.DataFrame, target_gap: float) -> Table:
+    rows = [[row["method"], millis(row["latency_p50_s"]), millis(row["latency_p95_s"]),
+             millis(row["latency_p99_s"]), millis(row["intra_latency_p99_s"]),
+             millis(row["time_to_target_median_s"]), percent(row["target_reached"])]
+            for _, row in methods.iterrows()]
+    return Table("Decision latency and time-to-target",
+                 ["method", "p50", "p95", "p99", "intra p99", "to target (median)",
+                  "target reached"], rows,
+                 f"One decision = one call on one instance (batch size 1), after a warm-up. "
+                 f"Intra: the instance reduced to its largest domain. Target: hypervolume "
+                 f"ratio >= {1 - target_gap:.2f}.")
+
+
+def preference_table(gaps: pd.DataFrame) -> Table:
+    rows = [[method, *(percent(v) for v in values)] for method, values in gaps.iterrows()]
+    return Table("Scalarised optimality gap per preference (w1/w2/w3), median over instances",
+                 ["method", *map(str, gaps.columns)], rows,
+                 "J = w1 T/T_base + w2 (1 - MFU) + w3 C/C_base; gap = J(best plan) / J* - 1.")
+
+
+def kpi_table(kpis: pd.DataFrame) -> Table:
+    methods = list(dict.fromkeys(kpis["method"]))
+    rows = []
+    for kpi in KPIS:
+        cells = [kpi.name, kpi.target]
+        for method in methods:
+            hit = kpis[(kpis["kpi"] == kpi.key) & (kpis["method"] == method)].iloc[0]
+            value = (millis(hit["value"]) if kpi.key.startswith("latency")
+                     else percent(hit["value"]))
+            verdict = "n/a" if hit["pass"] is None else "pass" if hit["pass"] else "FAIL"
+            cells.append(value if hit["pass"] is None else f"{value} {verdict}")
+        rows.append(cells)
+    notes = "\n".join(f"- {kpi.name}: {kpi.how}" for kpi in KPIS)
+    return Table("Sponsor KPIs", ["KPI", "target", *methods], rows, notes)
+
+
+def print_tables(tables: list[Table]) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    for table in tables:
+        rich_table = RichTable(title=table.title, title_justify="left")
+        for i, name in enumerate(table.header):
+            rich_table.add_column(name, justify="left" if i == 0 else "right")
+        for row in table.rows:
+            rich_table.add_row(*row)
+        console.print(rich_table)
+
+
+def markdown(table: Table) -> str:
+    lines = [f"### {table.title}", "", "| " + " | ".join(table.header) + " |",
+             "|" + "|".join("---" for _ in table.header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+    if table.note:
+        lines += ["", table.note]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(temporary path)``, then rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write_frame(frame: pd.DataFrame, directory: Path, name: str) -> None:
+    """``name.csv`` and ``name.parquet``."""
+    write_atomic(directory / f"{name}.csv", lambda p: frame.to_csv(p, index=False))
+    write_atomic(directory / f"{name}.parquet", lambda p: frame.to_parquet(p, index=False))

@@ -1,0 +1,169 @@
+"""One work unit of the evaluation: one method on one instance with one seed.
+
+:func:`run_unit` is a plain function of a picklable :class:`WorkUnit` that returns a flat
+record of plain values, so that a local process pool and a Dask cluster run the same code
+and the records of both compare equal (apart from the measured times).
+
+The record holds, for the method's front against the instance's exact front:
+
+* the indicators of :mod:`evaluation.metrics` in (step_time_s, gpus, comm_cost) and, prefixed
+  ``mfu_``, in (step_time_s, 1/MFU, comm_cost);
+* the scalarised optimality gap per preference vector of the suite, and the point the method
+  deploys for each preference (its least J);
+* feasibility, decision latencies (:mod:`evaluation.latency`), time-to-target;
+* the per-instance values behind the sponsor's KPIs (:mod:`evaluation.kpis`) and the
+  robustness of the deployed plans (:mod:`evaluation.robustness`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evaluation import metrics
+from evaluation.latency import one_domain_view, time_to_target, timed_decisions
+from evaluation.methods import METHODS, MethodRun
+from evaluation.robustness import RobustnessSettings, bandwidth_loss, load_stability
+from formulation.instance import Instance
+from formulation.reward import mfu_space
+from solvers.baselines import baseline_references
+from solvers.front import Front, fronts_agree
+
+EPS_LEVELS = (0.0, 0.01, 0.02, 0.05)
+EPS_CURVE = tuple(round(0.005 * i, 3) for i in range(21))  # 0 .. 10 % for the plot
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """What every work unit measures, and how."""
+
+    preferences: tuple[tuple[float, float, float], ...]
+    """Preference vectors (w1, w2, w3) of the seeds' reward; fixed per suite."""
+    repeats: int = 3
+    """Timed decisions per unit after one warm-up."""
+    target_gap: float = 0.05
+    """Time-to-target: time until the hypervolume ratio reaches 1 - target_gap."""
+    nsga2: dict = field(default_factory=dict)
+    """Overrides of :class:`solvers.nsga2.Nsga2Settings` (population, generations)."""
+    robustness: RobustnessSettings = RobustnessSettings()
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    instance_path: str
+    front_path: str
+    method: str
+    seed: int
+    settings: EvaluationSettings
+
+
+def _indicators(points: np.ndarray, reference: metrics.ReferenceSet, prefix: str) -> dict:
+    out = {f"{prefix}coverage_{eps:g}": metrics.coverage(points, reference, eps)
+           for eps in EPS_LEVELS}
+    out.update({
+        f"{prefix}hv_ratio": metrics.hypervolume_ratio(points, reference),
+        f"{prefix}igd_plus": metrics.igd_plus(points, reference),
+        f"{prefix}eps_additive": metrics.epsilon_additive(points, reference),
+        f"{prefix}eps_multiplicative": metrics.epsilon_multiplicative(points, reference),
+        f"{prefix}c_method_exact": metrics.c_metric(points, reference.objectives),
+        f"{prefix}c_exact_method": metrics.c_metric(reference.objectives, points),
+        f"{prefix}coverage_curve": [metrics.coverage(points, reference, eps)
+                                    for eps in EPS_CURVE],
+    })
+    return out
+
+
+def _kpi_values(points: np.ndarray, references) -> dict:
+    """Per-instance values of the KPIs that compare with the baseline plans."""
+    out = {"time_reduction": math.nan, "utilisation_gain": math.nan,
+           "cost_reduction": math.nan}
+    if not len(points):
+        return out
+    fastest = float(points[:, 0].min())
+    if references.single_domain_feasible:
+        single = references.single_domain_objectives[0]
+        out["time_reduction"] = 1 - fastest / single
+        # cluster utilisation = W / (T peak free_total): its gain is T_single / T - 1
+        out["utilisation_gain"] = single / fastest - 1
+    oblivious_step, _, oblivious_cost = references.oblivious_objectives
+    if oblivious_cost > 0:
+        as_fast = points[points[:, 0] <= oblivious_step * (1 + metrics.RTOL)]
+        # no plan as fast as the oblivious one: no saving shown at equal speed
+        out["cost_reduction"] = 1 - float(as_fast[:, 2].min()) / oblivious_cost \
+            if len(as_fast) else 0.0
+    return out
+
+
+def run_unit(unit: WorkUnit) -> dict:
+    """Run the unit's method and score it (module doc)."""
+    settings = unit.settings
+    method = METHODS[unit.method]
+    instance = Instance.load(unit.instance_path)
+    reference_front = Front.load(unit.front_path, instance)
+    reference = metrics.ReferenceSet.of_front(reference_front)
+    bases = baseline_references(instance)
+    scale = bases.scale
+    mfu_reference = metrics.ReferenceSet.in_mfu_space(reference_front, scale)
+    options = {"nsga2": settings.nsga2}
+
+    def decide(state: Instance):
+        return lambda: method.run(state, unit.seed, reference.normalisation
+                                  if state is instance else None, options)
+
+    if method.run is None:  # the reference front itself: nothing to run or time here
+        outcomes = [MethodRun(reference_front, len(reference_front.points),
+                              len(reference_front.points))]
+        latencies = [float(reference_front.provenance.get("wall_time_s", math.nan))]
+        intra_latencies: list[float] = []
+    else:
+        outcomes, latencies = timed_decisions(decide(instance), settings.repeats)
+        _, intra_latencies = timed_decisions(decide(one_domain_view(instance)),
+                                             settings.repeats)
+    outcome = outcomes[-1]  # a timed run: its anytime log is not slowed by a cold start
+    front = outcome.front
+    points = front.objectives
+
+    record: dict = {
+        "instance": instance.name, "domains": instance.num_domains,
+        "model": instance.model.name, "method": unit.method, "seed": unit.seed,
+        "reference_status": reference_front.status,
+        "reference_points": len(reference_front.points),
+        "reference_wall_s": reference_front.provenance.get("wall_time_s", math.nan),
+        "points": points.tolist(), "reference": reference.objectives.tolist(),
+        "decisions": outcome.decisions, "feasible": outcome.feasible,
+        "feasibility": outcome.feasible / outcome.decisions if outcome.decisions else 0.0,
+        "repeatable": all(fronts_agree(front, other.front) for other in outcomes),
+        "latency_s": latencies, "intra_latency_s": intra_latencies,
+        "changes_optimizer": any(getattr(p.plan, "workers", None) is not None
+                                 for p in front.points),
+        "t_base": scale.t_base, "c_base": scale.c_base,
+        "single_domain_feasible": bases.single_domain_feasible,
+    }
+    record.update(_indicators(points, reference, ""))
+    record.update(_indicators(mfu_space(points, scale) if len(points) else points,
+                              mfu_reference, "mfu_"))
+    record["preference_gaps"] = [metrics.preference_gap(points, reference.objectives, w, scale)
+                                 for w in settings.preferences]
+    record["median_gap"] = float(np.median(record["preference_gaps"]))
+
+    wall = float(np.median(latencies)) if latencies else math.nan
+    anytime = [(t, hv / reference.hypervolume) for t, hv in outcome.anytime]
+    record["anytime"] = anytime
+    record["time_to_target_s"] = time_to_target(
+        outcome.anytime, reference.hypervolume, record["hv_ratio"], wall, settings.target_gap)
+
+    record.update(_kpi_values(points, bases))
+    chosen = sorted({metrics.chosen_point(points, w, scale) for w in settings.preferences}) \
+        if len(points) else []
+    losses = [bandwidth_loss(instance, front.points[i].plan, unit.seed, settings.robustness)
+              for i in chosen]
+    stability = [load_stability(instance, front.points[i].plan, unit.seed,
+                                settings.robustness) for i in chosen]
+    record["deployed_points"] = chosen
+    record["bandwidth_loss_worst"] = max(losses, default=math.nan)
+    record["bandwidth_loss_mean"] = float(np.mean(losses)) if losses else math.nan
+    record["load_stability_min"] = min(stability, default=math.nan)
+    record["load_stability_mean"] = float(np.mean(stability)) if stability else math.nan
+    return record
