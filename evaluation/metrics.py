@@ -14,7 +14,7 @@ comm_cost)). Every indicator takes a method's (N, 3) objective array in the same
   reference point (moocore);
 * ``epsilon_multiplicative``: least factor e with, for every z, some a_i <= e z_i (raw
   objectives; a zero objective is matched only by zero). Coverage at eps is 100 % exactly
-  when this is <= 1 + eps;
+  when this is <= 1 + eps (up to the rounding tolerance RTOL);
 * ``c_metric(A, B)``: share of B weakly dominated by some point of A (Zitzler's C);
 * ``preference_gap``: ``J(best method point) / J* - 1`` for the seeds' scalarised cost J
   (:mod:`formulation.reward`), J* its minimum over the reference front.
@@ -111,7 +111,7 @@ def epsilon_multiplicative(objectives: np.ndarray, reference: ReferenceSet) -> f
         return float("inf")
     a, z = method[:, None, :], reference.objectives[None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(z > 0, a / np.where(z > 0, z, 1.0), np.where(a <= 0, 1.0, np.inf))
+        ratio = np.where(z > 0, a / np.where(z > 0, z, 1.0), np.where(a <= 1e-12, 1.0, np.inf))
     return float(ratio.max(axis=2).min(axis=0).max())
 
 
@@ -129,12 +129,17 @@ def c_metric(a: np.ndarray, b: np.ndarray) -> float:
 def preference_gap(objectives: np.ndarray, reference: np.ndarray, weights,
                    scale: RewardScale) -> float:
     """``min J(method) / min J(reference) - 1`` in (step_time_s, gpus, comm_cost); inf
-    without points. Negative only for a method outside the reference's plan space."""
+    without points. Negative only for a method outside the reference's plan space. With
+    w1 = w2 = 0 the optimum J* can be 0 (a plan with no WAN traffic): then the gap is 0 for
+    a method that reaches 0 too and inf otherwise."""
     method = _points(objectives)
     if not len(method):
         return float("inf")
-    best = scalarised_cost(reference, weights, scale).min()
-    return float(scalarised_cost(method, weights, scale).min() / best - 1)
+    best = float(scalarised_cost(reference, weights, scale).min())
+    mine = float(scalarised_cost(method, weights, scale).min())
+    if best <= 0:
+        return 0.0 if mine <= 1e-12 else float("inf")
+    return mine / best - 1
 
 
 def chosen_point(objectives: np.ndarray, weights, scale: RewardScale) -> int:

@@ -132,14 +132,14 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     names = _check(args)
     missing = [n for n in names if n in MISSING]
     methods = [n for n in names if n in METHODS]
-    for name in missing:
-        print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
     pairs, suite_dir = suite_files(args.suite)
     pairs = [p for p in pairs if not args.match or any(m in p[0].stem for m in args.match)]
     if not pairs:
         raise InputError(f"--match: no instance of {args.suite!r} matches {args.match}")
     for instance_path, front_path in pairs:  # bad input fails here, before any work
         Front.load(front_path, Instance.load(instance_path))
+    for name in missing:
+        print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
 
     nsga2 = {key: value for key in ("generations", "population")
              if (value := getattr(args, key)) is not None}
@@ -149,7 +149,10 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     units = [WorkUnit(str(instance), str(front), method, seed, settings)
              for method in methods for instance, front in pairs
              for seed in range(args.seeds if METHODS[method].seeded else 1)]
-    records = _run(units, args)
+    try:
+        records = _run(units, args)
+    except ConnectionError as err:
+        raise InputError(str(err)) from None
 
     units_table = units_frame(records)
     methods_table = method_frame(records, units_table)

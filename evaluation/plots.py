@@ -45,13 +45,17 @@ def front_plots(records: list[dict], directory: Path) -> list[Path]:
             axis.scatter(reference[:, x], reference[:, y], s=90, facecolors="none",
                          edgecolors="black", linewidths=1.5, label="exact", zorder=3)
             for index, method in enumerate(methods):
+                if method == "exact":  # drawn above as the reference
+                    continue
                 first = next((r for r in own if r["method"] == method), None)
                 if first is None or not first["points"]:
                     continue
                 points = np.array(first["points"])
                 axis.scatter(points[:, x], points[:, y], s=22, alpha=0.75,
                              marker=MARKERS[index % len(MARKERS)], label=method)
-            axis.set_xlabel(LABELS[x])
+            if x == 0:
+                axis.set_xscale("log")
+            axis.set_xlabel(LABELS[x] + (" (log)" if x == 0 else ""))
             axis.set_ylabel(LABELS[y])
             axis.grid(alpha=0.3)
         axes[0].legend(fontsize=7, loc="upper right")
@@ -87,14 +91,16 @@ def latency_plot(records: list[dict], directory: Path) -> Path:
         own = [r for r in records if r["method"] == method]
         latency = np.median([t for r in own for t in r["latency_s"]] or [np.nan])
         quality = np.mean([r["hv_ratio"] for r in own])
+        if method == "exact":  # drawn below at the solver's wall time
+            continue
         marker = MARKERS[index % len(MARKERS)]
-        axis.scatter([latency], [quality], marker=marker, s=60, label=method, zorder=3)
+        dot = axis.scatter([latency], [quality], marker=marker, s=60, label=method, zorder=3)
         curves = [r["anytime"] for r in own if r["anytime"]]
-        if curves:
+        if curves:  # mean over runs, generation by generation
             length = min(len(c) for c in curves)
             elapsed = np.mean([[t for t, _ in c[:length]] for c in curves], axis=0)
             ratio = np.mean([[q for _, q in c[:length]] for c in curves], axis=0)
-            axis.plot(elapsed, ratio, linewidth=1, alpha=0.7)
+            axis.plot(elapsed, ratio, linewidth=1, alpha=0.7, color=dot.get_facecolor()[0])
     walls = [r["reference_wall_s"] for r in records if np.isfinite(r["reference_wall_s"])]
     if walls:
         axis.scatter([np.median(walls)], [1.0], marker="*", s=160, color="black",

@@ -28,7 +28,8 @@ class Table:
 
 
 def percent(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{100 * value:.1f} %"
+    return "inf" if value == math.inf else "-" if not math.isfinite(value) else \
+        f"{100 * value:.1f} %"
 
 
 def number(value: float, digits: int = 3) -> str:
@@ -37,8 +38,8 @@ def number(value: float, digits: int = 3) -> str:
 
 
 def millis(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{1000 * value:.1f} ms" if value < 10 \
-        else f"{value:.1f} s"
+    return "-" if not math.isfinite(value) else f"{1000 * value:.1f} ms" if value < 1 \
+        else f"{value:.2f} s"
 
 
 def quality_table(methods: pd.DataFrame, prefix: str, space: str) -> Table:

@@ -16,12 +16,13 @@ from evaluation.units import WorkUnit, run_unit
 
 
 def run_units(units: Sequence[WorkUnit], workers: int = 1, scheduler: str | None = None,
-              on_done: Callable[[WorkUnit], None] | None = None) -> list[dict]:
+              on_done: Callable[[WorkUnit], None] | None = None,
+              connect_timeout_s: float = 20.0) -> list[dict]:
     """The records of ``units``, in order; ``on_done`` is called as each one finishes."""
     records: list[dict | None] = [None] * len(units)
     done = on_done or (lambda unit: None)
     if scheduler is not None:
-        _run_on_dask(units, scheduler, records, done)
+        _run_on_dask(units, scheduler, records, done, connect_timeout_s)
     elif workers <= 1:
         for i, unit in enumerate(units):
             records[i] = run_unit(unit)
@@ -38,12 +39,12 @@ def run_units(units: Sequence[WorkUnit], workers: int = 1, scheduler: str | None
 
 
 def _run_on_dask(units: Sequence[WorkUnit], scheduler: str, records: list,
-                 done: Callable[[WorkUnit], None]) -> None:
+                 done: Callable[[WorkUnit], None], connect_timeout_s: float) -> None:
     from distributed import Client
     from distributed import as_completed as dask_completed
 
     try:
-        client = Client(scheduler, timeout="20s")
+        client = Client(scheduler, timeout=f"{connect_timeout_s}s")
     except (OSError, TimeoutError) as err:
         raise ConnectionError(f"--scheduler: cannot reach a Dask scheduler at {scheduler!r} "
                               f"({err})") from None

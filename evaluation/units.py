@@ -32,6 +32,7 @@ from solvers.baselines import baseline_references
 from solvers.front import Front, fronts_agree
 
 EPS_LEVELS = (0.0, 0.01, 0.02, 0.05)
+TIMED = ("latency_s", "intra_latency_s", "time_to_target_s")  # measured times of a record
 EPS_CURVE = tuple(round(0.005 * i, 3) for i in range(21))  # 0 .. 10 % for the plot
 
 
@@ -167,3 +168,10 @@ def run_unit(unit: WorkUnit) -> dict:
     record["load_stability_min"] = min(stability, default=math.nan)
     record["load_stability_mean"] = float(np.mean(stability)) if stability else math.nan
     return record
+
+
+def without_times(record: dict) -> dict:
+    """A record less what depends on the machine's speed: the same seed gives the same."""
+    out = {key: value for key, value in record.items() if key not in TIMED}
+    out["anytime"] = [hypervolume for _, hypervolume in record["anytime"]]
+    return out

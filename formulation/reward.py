@@ -12,9 +12,10 @@ For optimality gaps the reward is written as a cost that is never negative,
 
     J = w1 + w2 - R = w1 T / T_base + w2 (1 - MFU) + w3 C / C_base,
 
-which orders plans exactly as -R does and is 0 only at the unreachable ideal (T = 0,
-MFU = 1, C = 0), so ``J / J* - 1`` is a relative gap. J rises with T, N and C alike, so its
-minimum over all plans lies on the exact Pareto front (SPEC section 4).
+which orders plans exactly as -R does. With w1 or w2 > 0 it is 0 only at the unreachable
+ideal (T = 0, MFU = 1, C = 0), so ``J / J* - 1`` is a relative gap (with w1 = w2 = 0, J is
+the cost ratio alone and a plan without WAN traffic reaches 0). J rises with T, N and C
+alike, so its minimum over all plans lies on the exact Pareto front (SPEC section 4).
 """
 
 from __future__ import annotations

@@ -68,3 +68,18 @@ def write_json(tmp_path: Path) -> Callable[[str, Any], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def tiny_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A suite directory of two tiny instances, each with its exact front beside it (HiGHS,
+    about 2 s): cross-domain plans reach both fronts."""
+    from instances.tiny import tiny_instance
+    from solvers.exact import exact_front
+
+    directory = tmp_path_factory.mktemp("tiny-suite")
+    for instance in (tiny_instance(3, domains=4, layers=12, free_gpus=(1, 1, 1, 1)),
+                     tiny_instance(1, domains=3, layers=6, free_gpus=(2, 2, 1))):
+        instance.save(directory / f"{instance.name}.json")
+        exact_front(instance).save(directory / f"{instance.name}.front.json", instance)
+    return directory

@@ -57,10 +57,9 @@ def baseline_references(instance: Instance) -> BaselineReferences:
         raise ValueError(f"{instance.name}: the oblivious baseline made no plan "
                          "(no domain has room for one stage)")
     believed = decisions.parameters.get("believed_fastest")
-    if believed is not None:
-        chosen = [Plan.from_dict(believed, instance)]
-    else:  # nothing fitted in its own view: it deploys its one attempt
-        chosen = decisions.plans[:1]
+    # where nothing fitted even in its own view, it deploys its one attempt
+    chosen = ([Plan.from_dict(believed, instance)] if believed is not None
+              else decisions.plans[:1])
     oblivious_objectives, oblivious_ok = score(instance, chosen)
 
     c_base = float(oblivious_objectives[0, 2])

@@ -1,0 +1,56 @@
+"""Work units give the same numbers in this process, a local process pool and on Dask."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evaluation.runner import run_units
+from evaluation.units import EvaluationSettings, WorkUnit, without_times
+from instances.suites import PREFERENCES
+
+SETTINGS = EvaluationSettings(preferences=PREFERENCES, repeats=1,
+                              nsga2={"population": 10, "generations": 4})
+
+
+def _units(suite: Path) -> list[WorkUnit]:
+    pairs = [(p, p.with_name(p.name.replace(".json", ".front.json")))
+             for p in sorted(suite.glob("*.json")) if not p.name.endswith(".front.json")]
+    return [WorkUnit(str(instance), str(front), method, seed, SETTINGS)
+            for instance, front in pairs
+            for method, seed in (("nsga2", 0), ("nsga2", 1), ("sailor", 0), ("exact", 0))]
+
+
+@pytest.fixture(scope="module")
+def in_process(tiny_suite: Path) -> list[dict]:
+    return run_units(_units(tiny_suite), workers=1)
+
+
+def test_records_come_back_in_unit_order(in_process: list[dict], tiny_suite: Path):
+    units = _units(tiny_suite)
+    assert [(r["instance"], r["method"], r["seed"]) for r in in_process] == [
+        (Path(u.instance_path).stem, u.method, u.seed) for u in units]
+    seeds = [r for r in in_process if r["method"] == "nsga2"]
+    assert all(r["repeatable"] for r in in_process)
+    assert len(seeds) == 4 and all(len(r["anytime"]) == 4 for r in seeds)
+
+
+def test_local_pool_gives_the_same_numbers(in_process: list[dict], tiny_suite: Path):
+    done = []
+    pooled = run_units(_units(tiny_suite), workers=2, on_done=done.append)
+    assert len(done) == len(pooled)
+    assert [without_times(r) for r in pooled] == [without_times(r) for r in in_process]
+
+
+def test_dask_local_cluster_gives_the_same_numbers(in_process: list[dict], tiny_suite: Path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        on_dask = run_units(_units(tiny_suite), scheduler=cluster.scheduler_address)
+    assert [without_times(r) for r in on_dask] == [without_times(r) for r in in_process]
+
+
+def test_unreachable_scheduler_is_a_clear_error(tiny_suite: Path):
+    with pytest.raises(ConnectionError, match="cannot reach a Dask scheduler"):
+        run_units(_units(tiny_suite)[:1], scheduler="tcp://127.0.0.1:9", connect_timeout_s=1)
