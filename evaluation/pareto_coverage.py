@@ -43,7 +43,7 @@ from evaluation.runner import run_units
 from evaluation.summary import kpi_frame, method_frame, preference_frame, units_frame
 from evaluation.units import EvaluationSettings, WorkUnit
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError, run_cli
+from formulation.schema import CliParser, InputError, read_json, run_cli
 from instances.suites import SUITES_DIR, suite_paths, suite_preferences
 from solvers.front import Front, command_line, versions
 
@@ -136,8 +136,10 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     pairs = [p for p in pairs if not args.match or any(m in p[0].stem for m in args.match)]
     if not pairs:
         raise InputError(f"--match: no instance of {args.suite!r} matches {args.match}")
+    documents = []
     for instance_path, front_path in pairs:  # bad input fails here, before any work
         Front.load(front_path, Instance.load(instance_path))
+        documents.append((read_json(instance_path, "instance"), read_json(front_path, "front")))
     for name in missing:
         print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
 
@@ -146,8 +148,8 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,
                                   nsga2=nsga2)
-    units = [WorkUnit(str(instance), str(front), method, seed, settings)
-             for method in methods for instance, front in pairs
+    units = [WorkUnit(instance, front, method, seed, settings)
+             for method in methods for instance, front in documents
              for seed in range(args.seeds if METHODS[method].seeded else 1)]
     try:
         records = _run(units, args)

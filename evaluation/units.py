@@ -53,8 +53,11 @@ class EvaluationSettings:
 
 @dataclass(frozen=True)
 class WorkUnit:
-    instance_path: str
-    front_path: str
+    """One method on one instance with one seed. The unit carries the instance and its
+    reference front as JSON documents, so a remote worker needs no shared file system."""
+
+    instance: dict
+    front: dict
     method: str
     seed: int
     settings: EvaluationSettings
@@ -101,8 +104,8 @@ def run_unit(unit: WorkUnit) -> dict:
     """Run the unit's method and score it (module doc)."""
     settings = unit.settings
     method = METHODS[unit.method]
-    instance = Instance.load(unit.instance_path)
-    reference_front = Front.load(unit.front_path, instance)
+    instance = Instance.from_dict(unit.instance)
+    reference_front = Front.from_dict(unit.front, instance)
     reference = metrics.ReferenceSet.of_front(reference_front)
     bases = baseline_references(instance)
     scale = bases.scale

@@ -140,33 +140,37 @@ class Front:
 
     @staticmethod
     def load(path: str | Path, instance: Instance | None = None) -> Front:
-        document = read_json(path, "front")
         try:
-            r = Reader(document, "")
-            if r.string("schema") != FRONT_SCHEMA:
-                raise InputError(f"schema must be {FRONT_SCHEMA!r}")
-            if r.raw("objectives") != list(OBJECTIVES):
-                raise InputError(f"objectives must be {list(OBJECTIVES)}")
-
-            def point(value: Any, where: str) -> FrontPoint:
-                pr = Reader(value, where)
-                objectives = pr.raw("objectives")
-                if not (isinstance(objectives, list) and len(objectives) == 3):
-                    raise InputError(f"{where}.objectives must be a list of 3 numbers")
-                gap = pr.raw("mip_gap", None)
-                plan = plan_from_dict(pr.raw("plan"), instance, f"{where}.plan")
-                pr.finish()
-                return FrontPoint(tuple(float(x) for x in objectives), plan, gap)
-
-            front = Front(instance=r.string("instance"),
-                          status=r.string("status", choices=STATUSES),
-                          points=r.items("points", point),
-                          provenance=r.raw("provenance", {}),
-                          normalisation=r.raw("normalisation", None))
-            r.finish()
-            return front
+            return Front.from_dict(read_json(path, "front"), instance)
         except InputError as err:
             raise InputError(f"front {str(path)!r}: {err}") from None
+
+    @staticmethod
+    def from_dict(document: Any, instance: Instance | None = None) -> Front:
+        """A front from its JSON document (validated; plans checked against ``instance``)."""
+        r = Reader(document, "")
+        if r.string("schema") != FRONT_SCHEMA:
+            raise InputError(f"schema must be {FRONT_SCHEMA!r}")
+        if r.raw("objectives") != list(OBJECTIVES):
+            raise InputError(f"objectives must be {list(OBJECTIVES)}")
+
+        def point(value: Any, where: str) -> FrontPoint:
+            pr = Reader(value, where)
+            objectives = pr.raw("objectives")
+            if not (isinstance(objectives, list) and len(objectives) == 3):
+                raise InputError(f"{where}.objectives must be a list of 3 numbers")
+            gap = pr.raw("mip_gap", None)
+            plan = plan_from_dict(pr.raw("plan"), instance, f"{where}.plan")
+            pr.finish()
+            return FrontPoint(tuple(float(x) for x in objectives), plan, gap)
+
+        front = Front(instance=r.string("instance"),
+                      status=r.string("status", choices=STATUSES),
+                      points=r.items("points", point),
+                      provenance=r.raw("provenance", {}),
+                      normalisation=r.raw("normalisation", None))
+        r.finish()
+        return front
 
 
 def versions() -> dict[str, str]:

@@ -8,6 +8,7 @@ import pytest
 
 from evaluation.runner import run_units
 from evaluation.units import EvaluationSettings, WorkUnit, without_times
+from formulation.schema import read_json
 from instances.suites import PREFERENCES
 
 SETTINGS = EvaluationSettings(preferences=PREFERENCES, repeats=1,
@@ -17,7 +18,8 @@ SETTINGS = EvaluationSettings(preferences=PREFERENCES, repeats=1,
 def _units(suite: Path) -> list[WorkUnit]:
     pairs = [(p, p.with_name(p.name.replace(".json", ".front.json")))
              for p in sorted(suite.glob("*.json")) if not p.name.endswith(".front.json")]
-    return [WorkUnit(str(instance), str(front), method, seed, SETTINGS)
+    return [WorkUnit(read_json(instance, "instance"), read_json(front, "front"), method, seed,
+                     SETTINGS)
             for instance, front in pairs
             for method, seed in (("nsga2", 0), ("nsga2", 1), ("sailor", 0), ("exact", 0))]
 
@@ -30,7 +32,7 @@ def in_process(tiny_suite: Path) -> list[dict]:
 def test_records_come_back_in_unit_order(in_process: list[dict], tiny_suite: Path):
     units = _units(tiny_suite)
     assert [(r["instance"], r["method"], r["seed"]) for r in in_process] == [
-        (Path(u.instance_path).stem, u.method, u.seed) for u in units]
+        (u.instance["name"], u.method, u.seed) for u in units]
     seeds = [r for r in in_process if r["method"] == "nsga2"]
     assert all(r["repeatable"] for r in in_process)
     assert len(seeds) == 4 and all(len(r["anytime"]) == 4 for r in seeds)
