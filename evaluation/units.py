@@ -26,6 +26,7 @@ from evaluation import metrics
 from evaluation.latency import one_domain_view, time_to_target, timed_decisions
 from evaluation.methods import METHODS, MethodRun
 from evaluation.robustness import RobustnessSettings, bandwidth_loss, load_stability
+from formulation.diloco import DilocoPlan
 from formulation.instance import Instance
 from formulation.reward import mfu_space
 from solvers.baselines import baseline_references
@@ -49,6 +50,8 @@ class EvaluationSettings:
     nsga2: dict = field(default_factory=dict)
     """Overrides of :class:`solvers.nsga2.Nsga2Settings` (population, generations)."""
     robustness: RobustnessSettings = RobustnessSettings()
+    trace_seed: int = 0
+    """Seed of the bandwidth and load traces: the same traces for every method and seed."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,7 @@ def run_unit(unit: WorkUnit) -> dict:
         "feasibility": outcome.feasible / outcome.decisions if outcome.decisions else 0.0,
         "repeatable": all(fronts_agree(front, other.front) for other in outcomes),
         "latency_s": latencies, "intra_latency_s": intra_latencies,
-        "changes_optimizer": any(getattr(p.plan, "workers", None) is not None
-                                 for p in front.points),
+        "changes_optimizer": any(isinstance(p.plan, DilocoPlan) for p in front.points),
         "t_base": scale.t_base, "c_base": scale.c_base,
         "single_domain_feasible": bases.single_domain_feasible,
     }
@@ -161,10 +163,9 @@ def run_unit(unit: WorkUnit) -> dict:
     record.update(_kpi_values(points, bases))
     chosen = sorted({metrics.chosen_point(points, w, scale) for w in settings.preferences}) \
         if len(points) else []
-    losses = [bandwidth_loss(instance, front.points[i].plan, unit.seed, settings.robustness)
-              for i in chosen]
-    stability = [load_stability(instance, front.points[i].plan, unit.seed,
-                                settings.robustness) for i in chosen]
+    traces = settings.trace_seed, settings.robustness
+    losses = [bandwidth_loss(instance, front.points[i].plan, *traces) for i in chosen]
+    stability = [load_stability(instance, front.points[i].plan, *traces) for i in chosen]
     record["deployed_points"] = chosen
     record["bandwidth_loss_worst"] = max(losses, default=math.nan)
     record["bandwidth_loss_mean"] = float(np.mean(losses)) if losses else math.nan
