@@ -226,6 +226,8 @@ def _report(tables: list[Table], kpis: pd.DataFrame, provenance: dict, figures: 
              f"`{provenance['command']}`: suite `{provenance['suite']}`, "
              f"{provenance['units']} work units, {provenance['wall_time_s']} s, "
              f"finished {provenance['finished']}.", ""]
+    lines += [f"- `{name}`: {METHODS[name].description}" for name in provenance["methods"]]
+    lines += [""]
     if provenance["missing"]:
         lines += [f"Not scored: {', '.join(provenance['missing'])} "
                   f"({'; '.join(MISSING[m] for m in provenance['missing'])}).", ""]
