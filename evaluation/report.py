@@ -52,17 +52,19 @@ def quality_table(methods: pd.DataFrame, prefix: str, space: str) -> Table:
     rows = []
     for _, row in methods.iterrows():
         name = row["method"] + (" †" if row["changes_optimizer"] else "")
-        cells = [name, str(row["instances"])]
+        cells = [name, str(row["instances"]), str(row["no_plan"])]
         cells += [fmt(row[prefix + key]) for _, key, fmt in columns]
         if not prefix:
             cells += [percent(row["median_gap"]), percent(row["feasibility"])]
         rows.append(cells)
-    header = ["method", "inst", *(label for label, _, _ in columns)]
+    header = ["method", "inst", "no plan", *(label for label, _, _ in columns)]
     if not prefix:
         header += ["gap med", "feasible"]
     return Table(f"Quality against the exact fronts in {space}", header, rows,
-                 "Means over instances (seeds averaged first). † changes the optimiser "
-                 "(DiLoCo): outside the exact front's plan space, so it can beat it.")
+                 "Means over instances (seeds averaged first); a method with no feasible plan "
+                 "on an instance (\"no plan\") scores coverage 0 and infinite distances "
+                 "there. † changes the optimiser (DiLoCo): outside the exact front's plan "
+                 "space, so it can beat it.")
 
 
 def time_table(methods: pd.DataFrame, target_gap: float) -> Table:

@@ -62,6 +62,8 @@ def method_frame(records: list[dict], units: pd.DataFrame) -> pd.DataFrame:
     for method, group in instances.groupby("method", sort=False):
         own = [r for r in records if r["method"] == method]
         row = {"method": method, "instances": len(group),
+               # instances where every seed of the method found no feasible plan
+               "no_plan": int((group["points"] == 0).sum()),
                **{key: float(group[key].mean()) for key in SCALARS}}
         row["feasibility"] = (sum(r["feasible"] for r in own)
                               / max(1, sum(r["decisions"] for r in own)))

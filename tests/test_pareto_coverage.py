@@ -39,6 +39,9 @@ def test_writes_tables_report_and_plots(evaluated: Path, tiny_suite: Path):
     # seeded methods run each seed, the others once per instance
     for method, group in units.groupby("method"):
         assert len(group) == len(instances) * (2 if METHODS[method].seeded else 1)
+    methods = pd.read_csv(evaluated / "methods.csv").set_index("method")
+    empty = units.groupby(["method", "instance"])["points"].max().eq(0).groupby("method").sum()
+    assert methods["no_plan"].to_dict() == empty.to_dict()
     report = (evaluated / "report.md").read_text()
     for method in METHODS:
         assert f"| {method}" in report
