@@ -1,0 +1,1 @@
+"""Hi-PPO: the learned cross-domain scheduler (environment, networks, trainer)."""
