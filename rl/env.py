@@ -58,30 +58,41 @@ class Task:
 
 
 class InstanceCache:
-    """Per-instance rules, reward scale and static features, computed once."""
+    """What depends only on an instance's domains, model and search space: the masks' rules
+    and the reward scale (computed once; a bandwidth or latency change keeps them, since
+    memory caps, GPUs, T_base and the oblivious plan's cost do not depend on the links)."""
 
     def __init__(self, instance: Instance):
-        self.instance = instance
-        self.rules = PlanRules(instance)
-        self.scale = baseline_references(instance).scale
         k = instance.num_domains
         if k > MAX_DOMAINS:
             raise ValueError(f"{instance.name}: {k} domains, the agent handles <= {MAX_DOMAINS}")
-        links = instance.links
-        edges = np.zeros((MAX_DOMAINS, MAX_DOMAINS, EDGE_FEATURES), dtype=np.float32)
-        real = ~np.eye(k, dtype=bool)
-        edges[:k, :k, 0] = np.where(real, np.log10(np.maximum(links.bandwidth_gbps, 1e-3)), 0)
-        edges[:k, :k, 1] = np.where(real, links.latency_ms / 100.0, 0)
-        edges[:k, :k, 2] = np.where(real, links.price_per_gb * 10.0, 0)
-        edges[:k, :k, 3] = real
-        self.edges = edges
-        self.adjacency = np.zeros((MAX_DOMAINS, MAX_DOMAINS), dtype=np.float32)
-        self.adjacency[:k, :k] = real
+        self.rules = PlanRules(instance)
+        self.scale = baseline_references(instance).scale
         self.node_mask = np.zeros(MAX_DOMAINS, dtype=np.float32)
         self.node_mask[:k] = 1
         self.gpus = np.array([d.gpus for d in instance.domains], dtype=np.float32)
         self.intra = np.array([d.intra_bandwidth_gbps for d in instance.domains],
                               dtype=np.float32)
+
+    @staticmethod
+    def key(instance: Instance) -> tuple:
+        return (instance.name, tuple(d.free_gpus for d in instance.domains),
+                instance.model.name, instance.search, instance.constraints)
+
+
+def link_features(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
+    """Edge features (bandwidth in log10 Gbit/s, latency / 100 ms, price x 10 USD/GB, 1) and
+    the adjacency of the domain graph, padded to MAX_DOMAINS."""
+    k, links = instance.num_domains, instance.links
+    edges = np.zeros((MAX_DOMAINS, MAX_DOMAINS, EDGE_FEATURES), dtype=np.float32)
+    real = ~np.eye(k, dtype=bool)
+    edges[:k, :k, 0] = np.where(real, np.log10(np.maximum(links.bandwidth_gbps, 1e-3)), 0)
+    edges[:k, :k, 1] = np.where(real, links.latency_ms / 100.0, 0)
+    edges[:k, :k, 2] = np.where(real, links.price_per_gb * 10.0, 0)
+    edges[:k, :k, 3] = real
+    adjacency = np.zeros((MAX_DOMAINS, MAX_DOMAINS), dtype=np.float32)
+    adjacency[:k, :k] = real
+    return edges, adjacency
 
 
 def observation_space() -> gym.spaces.Dict:
@@ -116,7 +127,7 @@ class PlanEnv(gym.Env):
         self.observation_space = observation_space()
         self.action_space = gym.spaces.Discrete(ACTIONS)
         self.multipliers = np.zeros(len(SOFT_CONSTRAINTS))
-        self._caches: dict[int, InstanceCache] = {}
+        self._caches: dict[tuple, InstanceCache] = {}
 
     # -- episode ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -131,6 +142,7 @@ class PlanEnv(gym.Env):
             raise ValueError("PlanEnv.reset: no task; give tasks= or options={'instance': ...}")
         self.task = task
         self.cache = self._cache(task.instance)
+        self.edges, self.adjacency = link_features(task.instance)
         self.state: BuildState | None = None
         self.phase = PAIR
         self.partial: dict[str, int] = {}
@@ -139,11 +151,12 @@ class PlanEnv(gym.Env):
         return self._observation(), {}
 
     def _cache(self, instance: Instance) -> InstanceCache:
-        cache = self._caches.get(id(instance))
-        if cache is None or cache.instance is not instance:
-            if len(self._caches) > 256:
+        key = InstanceCache.key(instance)
+        cache = self._caches.get(key)
+        if cache is None:
+            if len(self._caches) > 512:
                 self._caches.clear()
-            cache = self._caches[id(instance)] = InstanceCache(instance)
+            cache = self._caches[key] = InstanceCache(instance)
         return cache
 
     def step(self, action: int):
@@ -247,7 +260,7 @@ class PlanEnv(gym.Env):
                 context[19] = np.log2(tp) / 3
                 context[20] = recompute != "none"
         return {"node_features": nodes, "node_mask": cache.node_mask.copy(),
-                "edge_features": cache.edges.copy(), "adjacency": cache.adjacency.copy(),
+                "edge_features": self.edges.copy(), "adjacency": self.adjacency.copy(),
                 "context": context, "phase": self.phase, "current_domain": current,
                 "action_mask": self.action_masks().astype(np.int8)}
 
