@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formulation.instance import Instance
 from instances.generate import generate_instance
 from instances.suites import BENCH_SEARCH, PREFERENCES, SIZES
 from rl.env import Task
@@ -39,6 +40,8 @@ class TaskSettings:
     """Base instances drawn once; episodes perturb their bandwidth."""
     bandwidth_swing: float = 0.3
     """Each WAN link's bandwidth is scaled by a factor in [1 - swing, 1 + swing]."""
+    instance: str | None = None
+    """Train on this one instance file instead of a generated pool (bandwidth still swings)."""
     seed: int = 0
     """Seed of the pool; instance seeds start at SEED_OFFSET + 1000 * seed (a draw with no
     feasible plan is skipped)."""
@@ -46,6 +49,8 @@ class TaskSettings:
 
 def base_instances(settings: TaskSettings):
     """The pool of generated base instances (deterministic in the settings)."""
+    if settings.instance is not None:
+        return [Instance.load(settings.instance)]
     rng = np.random.default_rng(settings.seed)
     instances = []
     index = -1

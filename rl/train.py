@@ -1,0 +1,374 @@
+"""Hi-PPO training: hierarchical PPO with a Lagrangian, readable top to bottom (CleanRL style).
+
+    python -m rl.train [--config rl/configs/hi_ppo.yaml] --out CHECKPOINT [--resume]
+                       [--total-steps N]
+
+One iteration collects ``num_steps`` decisions from :class:`rl.env.PlanEnv` on generated
+tasks (:mod:`rl.tasks`), computes GAE advantages and runs ``update_epochs`` epochs of clipped
+PPO over minibatches. The hierarchy follows the seeds: the lower level (OPTION and SPLIT
+heads, its value head) is updated every iteration, the upper level (the graph encoder, the
+PAIR, DOMAIN and LAYERS heads, its value head) every ``upper_every`` iterations, each level
+on the decisions of its own phases. After each iteration the Lagrange multipliers of the soft
+constraints rise by ``lagrange_lr`` times the mean constraint excess of the finished
+episodes (dual ascent; they never go below 0).
+
+Determinism and resuming: every iteration starts a fresh episode with a seed derived from
+the run's seed and the iteration number, and reseeds the action sampler the same way, so an
+iteration is a function of the weights it starts from. A checkpoint holds the weights, both
+optimizers, the multipliers, the iteration and the learning curve; ``--resume`` continues
+from it and gives the same result as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from formulation.schema import CliParser, InputError, run_cli
+from rl.env import (
+    ACTIONS,
+    CONTEXT_FEATURES,
+    EDGE_FEATURES,
+    MAX_DOMAINS,
+    NODE_FEATURES,
+    OPTION,
+    SOFT_CONSTRAINTS,
+    PlanEnv,
+)
+from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
+from rl.tasks import TaskSampler, TaskSettings
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "hi_ppo.yaml"
+LOWER_MODULES = ("option_head", "split_head", "lower_value")
+
+
+@dataclass
+class HiPPOConfig:
+    """Hyper-parameters of one training run (values: seeds/002 section 5)."""
+
+    learning_rate: float = 3e-4
+    """Adam step size of both levels."""
+    gamma: float = 0.99
+    """Discount per decision."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_coef: float = 0.2
+    """PPO ratio clip."""
+    ent_coef: float = 0.01
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip."""
+    target_kl: float = 0.02
+    """An iteration's epochs stop early once the approximate KL exceeds this."""
+    num_steps: int = 2048
+    """Decisions collected per iteration."""
+    update_epochs: int = 10
+    """PPO epochs per iteration."""
+    minibatch_size: int = 256
+    """Decisions per minibatch."""
+    upper_every: int = 2
+    """The upper level is updated every this many iterations, the lower level every one."""
+    total_steps: int = 200_000
+    """Decisions in the whole run."""
+    hidden: int = 128
+    """Width of the GraphSAGE encoder and the heads."""
+    lagrange_lr: float = 0.05
+    """Dual ascent step of the soft constraints' multipliers."""
+    eval_every: int = 5
+    """Iterations between evaluations of the greedy policy on the validation tasks."""
+    eval_tasks: int = 32
+    """Validation tasks (from a pool drawn with another seed than the training pool)."""
+    checkpoint_every: int = 5
+    """Iterations between checkpoints (and one at the end)."""
+    seed: int = 0
+    """Seed of the run: weights, episodes and sampling."""
+    tasks: dict = field(default_factory=dict)
+    """Fields of :class:`rl.tasks.TaskSettings`."""
+
+    @staticmethod
+    def load(path: str | Path) -> HiPPOConfig:
+        try:
+            document = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as err:
+            raise InputError(f"config {str(path)!r}: not YAML ({err})") from None
+        if not isinstance(document, dict):
+            raise InputError(f"config {str(path)!r}: must be a mapping of fields")
+        names = {f.name for f in dataclasses.fields(HiPPOConfig)}
+        unknown = sorted(set(document) - names)
+        if unknown:
+            raise InputError(f"config {str(path)!r}: unknown field {unknown[0]!r}")
+        task_names = {f.name for f in dataclasses.fields(TaskSettings)}
+        unknown = sorted(set(document.get("tasks", {})) - task_names)
+        if unknown:
+            raise InputError(f"config {str(path)!r}: unknown field tasks.{unknown[0]}")
+        return HiPPOConfig(**document)
+
+
+def make_policy(config: HiPPOConfig) -> HiPPOPolicy:
+    return HiPPOPolicy(NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES, ACTIONS, MAX_DOMAINS,
+                       hidden=config.hidden)
+
+
+def level_parameters(policy: HiPPOPolicy) -> tuple[list, list]:
+    """(upper, lower) parameters: the encoder belongs to the upper level."""
+    lower = [p for name in LOWER_MODULES for p in getattr(policy, name).parameters()]
+    ids = {id(p) for p in lower}
+    return [p for p in policy.parameters() if id(p) not in ids], lower
+
+
+@dataclass
+class Rollout:
+    """One iteration's decisions, and the episodes that finished in it."""
+
+    observations: dict[str, np.ndarray]
+    actions: np.ndarray
+    log_probs: np.ndarray
+    values: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray  # the episode ended after this decision
+    last_value: float
+    episodes: list[dict]
+
+
+def collect(env: PlanEnv, policy: HiPPOPolicy, steps: int, seed: int) -> Rollout:
+    """``steps`` decisions of the sampling policy, starting a fresh episode seeded ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    observation, _ = env.reset(seed=seed)
+    store = {key: [] for key in OBS_KEYS}
+    actions, log_probs, values, rewards, dones, episodes = [], [], [], [], [], []
+    total = 0.0
+    for _ in range(steps):
+        for key in OBS_KEYS:
+            store[key].append(np.asarray(observation[key]))
+        with torch.no_grad():
+            action, log_prob, _, value = policy.act(as_tensors(observation),
+                                                    generator=generator)
+        observation, reward, terminated, truncated, info = env.step(int(action))
+        total += reward
+        actions.append(int(action))
+        log_probs.append(float(log_prob))
+        values.append(float(value))
+        rewards.append(reward)
+        done = terminated or truncated
+        dones.append(done)
+        if done:
+            episodes.append({"return": total, "feasible": info.get("feasible", False),
+                             "constraints": info.get("constraints", [0.0, 0.0])})
+            total = 0.0
+            observation, _ = env.reset()
+    with torch.no_grad():
+        _, _, _, last_value = policy.act(as_tensors(observation), generator=generator)
+    return Rollout({key: np.stack(values_) for key, values_ in store.items()},
+                   np.array(actions), np.array(log_probs), np.array(values),
+                   np.array(rewards), np.array(dones), float(last_value), episodes)
+
+
+def advantages(rollout: Rollout, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE advantages and returns; an ended episode does not bootstrap."""
+    count = len(rollout.rewards)
+    advantage = np.zeros(count)
+    running = 0.0
+    for t in reversed(range(count)):
+        next_value = rollout.last_value if t == count - 1 else rollout.values[t + 1]
+        alive = 1.0 - rollout.dones[t]
+        delta = rollout.rewards[t] + gamma * next_value * alive - rollout.values[t]
+        running = delta + gamma * lam * alive * running
+        advantage[t] = running
+    return advantage, advantage + rollout.values
+
+
+def update(policy: HiPPOPolicy, optimizers: tuple, rollout: Rollout, config: HiPPOConfig,
+           upper_turn: bool, generator: torch.Generator) -> dict[str, float]:
+    """PPO epochs on the iteration's decisions of the levels whose turn it is."""
+    advantage, returns = advantages(rollout, config.gamma, config.gae_lambda)
+    observations = as_tensors(rollout.observations)
+    actions = torch.as_tensor(rollout.actions)
+    old_log_probs = torch.as_tensor(rollout.log_probs, dtype=torch.float32)
+    advantage_t = torch.as_tensor(advantage, dtype=torch.float32)
+    returns_t = torch.as_tensor(returns, dtype=torch.float32)
+    lower = observations["phase"] >= OPTION
+    trained = lower | upper_turn
+    index = torch.nonzero(trained).squeeze(-1)
+    stats = {"approx_kl": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+    if not len(index):
+        return stats
+    # (upper, lower): the upper optimizer steps only on its turn; on the lower level's own
+    # turns the encoder's gradients from lower-phase losses are discarded
+    stepping = optimizers if upper_turn else optimizers[1:]
+    params = [p for group in stepping for g in group.param_groups for p in g["params"]]
+    for _ in range(config.update_epochs):
+        order = index[torch.randperm(len(index), generator=generator)]
+        for start in range(0, len(order), config.minibatch_size):
+            batch = order[start:start + config.minibatch_size]
+            new_log_prob, entropy, value = policy.evaluate_actions(
+                {key: tensor[batch] for key, tensor in observations.items()}, actions[batch])
+            ratio = (new_log_prob - old_log_probs[batch]).exp()
+            adv = advantage_t[batch]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(batch) > 1 else adv
+            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(
+                1 - config.clip_coef, 1 + config.clip_coef)).mean()
+            value_loss = 0.5 * (value - returns_t[batch]).pow(2).mean()
+            loss = policy_loss - config.ent_coef * entropy.mean() + config.vf_coef * value_loss
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            for optimizer in stepping:
+                optimizer.step()
+            with torch.no_grad():
+                log_ratio = new_log_prob - old_log_probs[batch]
+                stats["approx_kl"] = float(((ratio - 1) - log_ratio).mean())
+            stats.update(policy_loss=policy_loss.item(), value_loss=value_loss.item(),
+                         entropy=entropy.mean().item())
+        if stats["approx_kl"] > config.target_kl:
+            break
+    return stats
+
+
+def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list) -> dict[str, float]:
+    """Mean reward and feasible share of the greedy policy's plans on fixed tasks."""
+    rewards, feasible = [], []
+    for task in tasks:
+        observation, _ = env.reset(options={"instance": task.instance,
+                                            "weights": task.weights})
+        while True:
+            with torch.no_grad():
+                action, *_ = policy.act(as_tensors(observation), deterministic=True)
+            observation, reward, terminated, truncated, info = env.step(int(action))
+            if terminated or truncated:
+                rewards.append(reward)
+                feasible.append(bool(info.get("feasible", False)))
+                break
+    return {"eval_reward": float(np.mean(rewards)), "eval_feasible": float(np.mean(feasible))}
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write to a temporary file, then rename: never half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    torch.save(payload, temporary)
+    temporary.replace(path)
+
+
+def train(config: HiPPOConfig, out: Path, resume: bool = False,
+          progress: bool = True) -> dict:
+    """Train (or continue) a run; returns the final checkpoint's payload."""
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(1)  # small networks: threads cost more than they give
+    policy = make_policy(config)
+    upper, lower = level_parameters(policy)
+    optimizers = (torch.optim.Adam(upper, lr=config.learning_rate, eps=1e-5),
+                  torch.optim.Adam(lower, lr=config.learning_rate, eps=1e-5))
+    settings = TaskSettings(**config.tasks)
+    env = PlanEnv(tasks=TaskSampler(settings))
+    validation = TaskSampler(dataclasses.replace(settings, seed=settings.seed + 1))
+    eval_rng = np.random.default_rng(config.seed + 1)
+    eval_tasks = [validation(eval_rng) for _ in range(config.eval_tasks)]
+
+    start, curve, wall = 0, [], 0.0
+    if resume:
+        payload = load_checkpoint(out)
+        policy.load_state_dict(payload["policy"])
+        for optimizer, state in zip(optimizers, payload["optimizers"], strict=True):
+            optimizer.load_state_dict(state)
+        env.multipliers = np.array(payload["multipliers"])
+        start, curve, wall = payload["iteration"], payload["curve"], payload["wall_time_s"]
+    iterations = max(1, config.total_steps // config.num_steps)
+    began = time.perf_counter() - wall
+    bar = _progress(progress, iterations, start)
+    payload: dict = {}
+    for iteration in range(start, iterations):
+        rollout = collect(env, policy, config.num_steps, config.seed * 1_000_003 + iteration)
+        generator = torch.Generator().manual_seed(config.seed * 7_919 + iteration)
+        upper_turn = iteration % config.upper_every == 0
+        stats = update(policy, optimizers, rollout, config, upper_turn, generator)
+        if rollout.episodes:
+            excess = np.mean([e["constraints"] for e in rollout.episodes], axis=0)
+            env.multipliers = np.maximum(0.0, env.multipliers + config.lagrange_lr * excess)
+        row = {"iteration": iteration + 1, "steps": (iteration + 1) * config.num_steps,
+               "episodes": len(rollout.episodes),
+               "mean_return": float(np.mean([e["return"] for e in rollout.episodes]))
+               if rollout.episodes else float("nan"),
+               "feasible": float(np.mean([e["feasible"] for e in rollout.episodes]))
+               if rollout.episodes else float("nan"),
+               "upper_updated": upper_turn, **stats,
+               **{f"lambda_{n}": float(v) for n, v in zip(SOFT_CONSTRAINTS, env.multipliers,
+                                                           strict=True)}}
+        last = iteration + 1 == iterations
+        if (iteration + 1) % config.eval_every == 0 or last:
+            row.update(evaluate_greedy(policy, env, eval_tasks))
+        row["wall_time_s"] = round(time.perf_counter() - began, 2)
+        curve.append(row)
+        if (iteration + 1) % config.checkpoint_every == 0 or last:
+            payload = {"config": dataclasses.asdict(config), "policy": policy.state_dict(),
+                       "optimizers": [o.state_dict() for o in optimizers],
+                       "multipliers": env.multipliers.tolist(), "iteration": iteration + 1,
+                       "curve": curve, "wall_time_s": row["wall_time_s"]}
+            save_checkpoint(out, payload)
+        bar(row)
+    return payload
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"checkpoint {str(path)!r}: no such file")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as err:  # torch raises many kinds on a corrupt or foreign file
+        raise InputError(f"checkpoint {str(path)!r}: not a Hi-PPO checkpoint "
+                         f"({type(err).__name__})") from None
+
+
+def _progress(enabled: bool, total: int, done: int):
+    if not enabled:
+        return lambda row: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=done, unit="it", file=sys.stderr)
+
+    def advance(row: dict) -> None:
+        bar.set_postfix(ret=f"{row['mean_return']:.3f}", kl=f"{row['approx_kl']:.3f}",
+                        **({"eval": f"{row['eval_reward']:.3f}"} if "eval_reward" in row
+                           else {}))
+        bar.update(1)
+        if row["iteration"] == total:
+            bar.close()
+    return advance
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python -m rl.train", description="Train the Hi-PPO scheduler.")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--out", type=Path, required=True, help="checkpoint to write")
+    parser.add_argument("--resume", action="store_true", help="continue from --out")
+    parser.add_argument("--total-steps", type=int, default=None)
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _train(args))
+
+
+def _train(args: argparse.Namespace) -> None:
+    config = HiPPOConfig.load(args.config)
+    if args.total_steps is not None:
+        if args.total_steps < 1:
+            raise InputError("--total-steps must be >= 1")
+        config.total_steps = args.total_steps
+    payload = train(config, args.out, args.resume, not args.quiet)
+    last = payload["curve"][-1]
+    print(f"{last['steps']} steps, {last['wall_time_s']} s, greedy validation reward "
+          f"{last.get('eval_reward', float('nan')):.4f} -> {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
