@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import yaml
 
-from formulation.schema import CliParser, InputError, run_cli
+from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
 from rl.env import (
     ACTIONS,
     CONTEXT_FEATURES,
@@ -45,6 +45,7 @@ from rl.env import (
 )
 from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
 from rl.tasks import TaskSampler, TaskSettings
+from solvers.front import command_line, versions
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "hi_ppo.yaml"
 LOWER_MODULES = ("option_head", "split_head", "lower_value")
@@ -366,6 +367,13 @@ def _train(args: argparse.Namespace) -> None:
         config.total_steps = args.total_steps
     payload = train(config, args.out, args.resume, not args.quiet)
     last = payload["curve"][-1]
+    # provenance and learning curve beside the checkpoint, readable without torch
+    write_json_atomic(args.out.with_suffix(".json"), {
+        "command": command_line("rl.train"), "versions": {**versions(),
+                                                           "torch": torch.__version__},
+        "config": dataclasses.asdict(config), "iterations": payload["iteration"],
+        "steps": last["steps"], "wall_time_s": last["wall_time_s"],
+        "checkpoint": args.out.name, "curve": payload["curve"]})
     print(f"{last['steps']} steps, {last['wall_time_s']} s, greedy validation reward "
           f"{last.get('eval_reward', float('nan')):.4f} -> {args.out}")
 
