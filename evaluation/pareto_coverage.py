@@ -92,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="timed decisions per unit after one warm-up")
     parser.add_argument("--generations", type=int, default=None, help="NSGA-II generations")
     parser.add_argument("--population", type=int, default=None, help="NSGA-II population")
+    parser.add_argument("--hippo-samples", type=int, default=0,
+                        help="Hi-PPO: sampled plans per preference besides the greedy one")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="Hi-PPO checkpoint (default: the shipped one)")
     parser.add_argument("--target-gap", type=float, default=0.05,
                         help="time-to-target: hypervolume ratio >= 1 - this")
     parser.add_argument("--match", action="append", default=[],
@@ -106,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> list[str]:
-    if args.workers < 1 or args.seeds < 1 or args.repeats < 0:
-        raise InputError("--workers and --seeds must be >= 1, --repeats >= 0")
+    if args.workers < 1 or args.seeds < 1 or args.repeats < 0 or args.hippo_samples < 0:
+        raise InputError("--workers and --seeds must be >= 1, --repeats and "
+                         "--hippo-samples >= 0")
+    if args.checkpoint is not None and not args.checkpoint.is_file():
+        raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
     if not 0 <= args.target_gap < 1:
         raise InputError("--target-gap must be in [0, 1)")
     for name in ("generations", "population"):
@@ -120,18 +127,26 @@ def _check(args: argparse.Namespace) -> list[str]:
     except ValueError as err:
         raise InputError(str(err)) from None
     if args.methods is not None:
-        asked_missing = [n for n in names if n in MISSING]
+        asked_missing = [n for n in names if n in missing_now(args)]
         if asked_missing:
             name = asked_missing[0]
             raise InputError(f"--methods: {name} is not available: {MISSING[name]}")
     return names
 
 
+def missing_now(args: argparse.Namespace) -> dict[str, str]:
+    """The methods that cannot be scored in this run (a --checkpoint makes Hi-PPO one that
+    can)."""
+    return {name: why for name, why in MISSING.items()
+            if not (name == "hippo" and args.checkpoint is not None and "hippo" in METHODS)}
+
+
 def evaluate_suite(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     names = _check(args)
-    missing = [n for n in names if n in MISSING]
-    methods = [n for n in names if n in METHODS]
+    unavailable = missing_now(args)
+    missing = [n for n in names if n in unavailable]
+    methods = [n for n in names if n in METHODS and n not in unavailable]
     pairs, suite_dir = suite_files(args.suite)
     pairs = [p for p in pairs if not args.match or any(m in p[0].stem for m in args.match)]
     if not pairs:
@@ -145,12 +160,19 @@ def evaluate_suite(args: argparse.Namespace) -> int:
 
     nsga2 = {key: value for key in ("generations", "population")
              if (value := getattr(args, key)) is not None}
+    hippo = {"samples": args.hippo_samples,
+             "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,
-                                  nsga2=nsga2)
+                                  nsga2=nsga2, hippo=hippo)
+
+    def seeds(method: str) -> int:
+        sampled = method == "hippo" and args.hippo_samples > 0
+        return args.seeds if METHODS[method].seeded or sampled else 1
+
     units = [WorkUnit(instance, front, method, seed, settings)
              for method in methods for instance, front in documents
-             for seed in range(args.seeds if METHODS[method].seeded else 1)]
+             for seed in range(seeds(method))]
     try:
         records = _run(units, args)
     except ConnectionError as err:

@@ -71,6 +71,8 @@ def method_frame(records: list[dict], units: pd.DataFrame) -> pd.DataFrame:
                     percentiles([t for r in own for t in r["latency_s"]]).items()})
         row.update({f"intra_latency_{k}_s": v for k, v in
                     percentiles([t for r in own for t in r["intra_latency_s"]]).items()})
+        row["front_wall_median_s"] = float(np.median([t for r in own
+                                                      for t in r["front_wall_s"]]))
         reached = np.array([r["time_to_target_s"] for r in own])
         row["target_reached"] = float(np.isfinite(reached).mean())
         row["time_to_target_median_s"] = float(np.median(reached))

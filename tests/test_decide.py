@@ -1,0 +1,123 @@
+"""Hi-PPO decisions: API and CLI, explanation, fronts, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clitools import assert_usage_error, run_module
+
+from formulation.instance import Instance
+from formulation.result import evaluate
+from formulation.schema import InputError
+from instances.suites import PREFERENCES, SUITES_DIR
+from rl.decide import DEFAULT_CHECKPOINT, Scheduler, parse_weights
+from rl.train import HiPPOConfig, train
+
+QUICK = SUITES_DIR / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config = HiPPOConfig(num_steps=128, update_epochs=2, minibatch_size=64, total_steps=256,
+                         eval_every=100, eval_tasks=2, checkpoint_every=100,
+                         tasks={"instance": str(QUICK)})
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
+    train(config, path, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def instance() -> Instance:
+    return Instance.load(QUICK)
+
+
+def test_decision_is_feasible_explained_and_decomposed(checkpoint: Path, instance: Instance):
+    decision = Scheduler(checkpoint).decide(instance, (0.6, 0.2, 0.2))
+    assert decision.evaluation.feasible
+    assert decision.evaluation.objectives == evaluate(instance, decision.plan).objectives
+    reward = decision.reward
+    assert reward["R"] == pytest.approx(0.6 * reward["R_eff"] + 0.2 * reward["R_util"]
+                                        - 0.2 * reward["R_cost"])
+    assert decision.explanation[0].startswith("chain (front to back)")
+    assert any("1F1B period" in line for line in decision.explanation)
+    wan = [s for s, z in zip(decision.plan.stages, decision.plan.stages[1:], strict=False)
+           if s.domain != z.domain]
+    assert sum("WAN cut" in line for line in decision.explanation) == len(wan)
+    assert decision.latency_s > 0
+
+
+def test_save_and_load_give_identical_decisions(checkpoint: Path, instance: Instance,
+                                                tmp_path: Path):
+    import torch
+
+    payload = torch.load(checkpoint, weights_only=True)
+    copy = tmp_path / "copy.pt"
+    torch.save(payload, copy)
+    for weights in PREFERENCES:
+        a = Scheduler(checkpoint).decide(instance, weights, samples=2, seed=3)
+        b = Scheduler(copy).decide(instance, weights, samples=2, seed=3)
+        assert a.plan == b.plan
+
+
+def test_front_sweeps_the_preferences(checkpoint: Path, instance: Instance):
+    front = Scheduler(checkpoint).front(instance, samples=1)
+    assert front.status == "heuristic" and front.points
+    assert front.provenance["decisions"] == 2 * len(PREFERENCES)
+    assert all(evaluate(instance, p.plan).feasible for p in front.points)
+
+
+def test_cli_prints_the_decision_and_draws_the_heat_map(checkpoint: Path, tmp_path: Path):
+    heat, plan = tmp_path / "traffic.png", tmp_path / "plan.json"
+    done = run_module("rl.decide", QUICK, "--weights", "1,0,0", "--checkpoint", checkpoint,
+                      "--heatmap", heat, "--out", plan)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert set(document) >= {"plan", "objectives", "latency_s", "reward", "explanation"}
+    assert heat.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(plan.read_text()) == document["plan"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--weights", "1,0"], "--weights"),
+    (["--weights", "-1,1,1"], "--weights"),
+    (["--weights", "1,0,0", "--checkpoint", "missing.pt"], "no such file"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path):
+    out = tmp_path / "plan.json"
+    done = run_module("rl.decide", QUICK, *args, "--out", out)
+    assert_usage_error(done, out)
+    assert needle in done.stderr
+
+
+def test_bad_instance_or_checkpoint_file(checkpoint: Path, tmp_path: Path):
+    out = tmp_path / "plan.json"
+    done = run_module("rl.decide", tmp_path / "nowhere.json", "--weights", "1,0,0",
+                      "--checkpoint", checkpoint, "--out", out)
+    assert_usage_error(done, out)
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"\x00" * 64)
+    with pytest.raises(InputError, match="not a Hi-PPO checkpoint"):
+        Scheduler(junk)
+
+
+def test_weights_parser():
+    assert parse_weights("0.5,0.25,0.25").tolist() == [0.5, 0.25, 0.25]
+    for bad in ("a,b,c", "0,0,0", "1,2", "nan,1,1"):
+        with pytest.raises(InputError):
+            parse_weights(bad)
+
+
+@pytest.mark.skipif(not DEFAULT_CHECKPOINT.is_file(), reason="no shipped checkpoint")
+def test_shipped_checkpoint_loads_and_decides(instance: Instance):
+    config = dataclasses.asdict(HiPPOConfig.load(Path(__file__).resolve().parents[1]
+                                                 / "rl" / "configs" / "hi_ppo.yaml"))
+    import torch
+
+    payload = torch.load(DEFAULT_CHECKPOINT, weights_only=True)
+    assert payload["config"] == config  # trained with the committed config
+    decision = Scheduler().decide(instance, (1 / 3, 1 / 3, 1 / 3))
+    assert decision.evaluation.feasible and np.isfinite(decision.reward["R"])
