@@ -76,7 +76,7 @@ _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and p
 
 def _hippo(instance: Instance, seed: int, normalisation: dict | None,
            options: dict) -> MethodRun:
-    from rl.decide import DEFAULT_CHECKPOINT, Scheduler
+    from rl.decide import DEFAULT_CHECKPOINT, Scheduler, preference_grid
 
     hippo = options.get("hippo", {})
     checkpoint = str(hippo.get("checkpoint") or DEFAULT_CHECKPOINT)
@@ -84,7 +84,10 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     if scheduler is None:
         scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
     plans, latencies = [], []
-    for weights in options["preferences"]:  # one decision per preference vector
+    # the front sweeps the suite's preferences and a grid over the simplex
+    sweep = dict.fromkeys([*map(tuple, options["preferences"]),
+                           *preference_grid(hippo.get("grid", 10))])
+    for weights in sweep:  # one decision per preference vector
         start = time.perf_counter()
         plans += [plan for plan, _ in scheduler.plans(instance, weights,
                                                       hippo.get("samples", 0), seed)]
@@ -102,7 +105,8 @@ DESCRIPTIONS = {
     "sailor": "Sailor-like DP planner",
     "dtfm": "DT-FM-like GA with open-loop TSP order",
     "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
-    "hippo": "Hi-PPO agent: one greedy plan per preference vector (rl.decide)",
+    "hippo": "Hi-PPO agent: one greedy plan per preference vector, swept over the suite's "
+             "preferences and a 0.1 grid of the simplex (rl.decide)",
 }
 METHODS: dict[str, Method] = {
     # The committed exact front, scored like a method so that every table shows what the

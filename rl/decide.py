@@ -42,6 +42,13 @@ DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "hi_ppo.p
 TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is memory-bound
 
 
+def preference_grid(steps: int = 10) -> list[tuple[float, float, float]]:
+    """Every (i, j, k) / steps with i + j + k = steps: a regular grid on the simplex of
+    preference vectors (66 vectors for 10 steps)."""
+    return [(i / steps, j / steps, (steps - i - j) / steps)
+            for i in range(steps + 1) for j in range(steps + 1 - i)]
+
+
 @dataclass
 class Decision:
     plan: Plan

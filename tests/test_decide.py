@@ -121,3 +121,12 @@ def test_shipped_checkpoint_loads_and_decides(instance: Instance):
     assert payload["config"] == config  # trained with the committed config
     decision = Scheduler().decide(instance, (1 / 3, 1 / 3, 1 / 3))
     assert decision.evaluation.feasible and np.isfinite(decision.reward["R"])
+
+
+def test_preference_grid_covers_the_simplex():
+    from rl.decide import preference_grid
+
+    grid = preference_grid(10)
+    assert len(grid) == 66 and len(set(grid)) == 66
+    assert all(min(w) >= 0 and abs(sum(w) - 1) < 1e-12 for w in grid)
+    assert {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)} <= set(grid)
