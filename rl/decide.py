@@ -33,7 +33,7 @@ from formulation.result import Evaluation, evaluate
 from formulation.reward import reward_terms
 from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
 from instances.suites import PREFERENCES
-from rl.env import PlanEnv
+from rl.env import NoFeasiblePlan, PlanEnv
 from rl.networks import HiPPOPolicy, as_tensors
 from rl.train import HiPPOConfig, load_checkpoint, make_policy
 from solvers.front import Front, versions
@@ -98,9 +98,13 @@ class Scheduler:
 
     def plans(self, instance: Instance, weights, samples: int = 0,
               seed: int = 0) -> list[tuple[Plan, float]]:
-        """The greedy plan and ``samples`` sampled ones, each with its reward."""
+        """The greedy plan and ``samples`` sampled ones, each with its reward; none where
+        the instance admits no plan at all."""
         weights = np.asarray(weights, dtype=float)
-        out = [self._episode(instance, weights, None)]
+        try:
+            out = [self._episode(instance, weights, None)]
+        except NoFeasiblePlan:
+            return []
         generator = torch.Generator().manual_seed(seed)
         out += [self._episode(instance, weights, generator) for _ in range(samples)]
         return out
@@ -110,6 +114,9 @@ class Scheduler:
         """The best-rewarded of the greedy and sampled plans, timed and explained."""
         start = time.perf_counter()
         candidates = self.plans(instance, weights, samples, seed)
+        if not candidates:
+            raise InputError(f"instance {instance.name!r}: no feasible plan exists (the "
+                             "model fits in no combination of the free GPUs)")
         plan, _ = max(candidates, key=lambda item: item[1])
         latency = time.perf_counter() - start
         weights = np.asarray(weights, dtype=float)

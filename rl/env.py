@@ -49,6 +49,10 @@ SOFT_CONSTRAINTS = ("wan_cap", "cost_budget")
 FEATURE_BOUND = 1e3  # features are scaled to O(1); the bound only keeps the space finite
 
 
+class NoFeasiblePlan(ValueError):
+    """The instance admits no plan the agent can build (the model fits nowhere)."""
+
+
 @dataclass
 class Task:
     """What one episode plans for: an instance state and a preference vector."""
@@ -147,7 +151,8 @@ class PlanEnv(gym.Env):
         self.phase = PAIR
         self.partial: dict[str, int] = {}
         if not self.cache.rules.pairs:
-            raise ValueError(f"{task.instance.name}: no feasible plan for the agent to build")
+            raise NoFeasiblePlan(f"{task.instance.name}: no feasible plan for the agent "
+                                 "to build")
         return self._observation(), {}
 
     def _cache(self, instance: Instance) -> InstanceCache:

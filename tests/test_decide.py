@@ -130,3 +130,15 @@ def test_preference_grid_covers_the_simplex():
     assert len(grid) == 66 and len(set(grid)) == 66
     assert all(min(w) >= 0 and abs(sum(w) - 1) < 1e-12 for w in grid)
     assert {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)} <= set(grid)
+
+
+def test_an_instance_without_any_plan_gives_no_plans_and_a_clear_error(checkpoint: Path):
+    from evaluation.latency import one_domain_view
+
+    hopeless = one_domain_view(Instance.load(SUITES_DIR / "quick"
+                                             / "aws-10-k5-llama2-70b-s110.json"))
+    scheduler = Scheduler(checkpoint)
+    assert scheduler.plans(hopeless, (1, 0, 0)) == []
+    with pytest.raises(InputError, match="no feasible plan exists"):
+        scheduler.decide(hopeless, (1, 0, 0))
+    assert scheduler.front(hopeless).points == []
