@@ -44,7 +44,7 @@ PHASES = ("pair", "domain", "layers", "option", "split")
 UPPER_PHASES = (PAIR, DOMAIN, LAYERS)
 MAX_DOMAINS = 20
 ACTIONS = 128  # >= pairs, domains, layers (LLaMA-3-405B has 126), options, stages
-NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES = 8, 4, 24
+NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES = 12, 4, 24
 SOFT_CONSTRAINTS = ("wan_cap", "cost_budget")
 FEATURE_BOUND = 1e3  # features are scaled to O(1); the bound only keeps the space finite
 
@@ -241,7 +241,17 @@ class PlanEnv(gym.Env):
         if "domain" in self.partial:
             nodes[current, 6] = 1
         if state is not None and state.segments:
-            nodes[state.segments[-1].domain, 7] = 1  # the chain's neighbour behind
+            behind = state.segments[-1].domain  # the chain's neighbour behind
+            nodes[behind, 7] = 1
+            # the WAN link each candidate would use to reach it: what a pointer over the
+            # domains needs to see per node, not averaged away by the encoder
+            others = np.arange(k) != behind
+            nodes[:k, 8] = np.where(others, self.edges[:k, behind, 0], 0)
+            nodes[:k, 9] = np.where(others, self.edges[:k, behind, 1], 0)
+            nodes[:k, 10] = np.where(others, self.edges[:k, behind, 2], 0)
+        if state is not None:  # how many stages of the smallest option each domain holds
+            smallest = int(cache.rules.pairs[state.pair].gpus.min())
+            nodes[:k, 11] = np.floor(free / smallest) / 8.0
         context = np.zeros(CONTEXT_FEATURES, dtype=np.float32)
         context[self.phase] = 1
         context[5:8] = self.task.weights
