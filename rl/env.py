@@ -26,8 +26,8 @@ caller that ignores the mask sends one) truncates the episode with reward -1 and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -126,7 +126,7 @@ class PlanEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, tasks: Any = None):
+    def __init__(self, tasks: Callable[[np.random.Generator], Task] | None = None):
         self.tasks = tasks
         self.observation_space = observation_space()
         self.action_space = gym.spaces.Discrete(ACTIONS)
