@@ -154,6 +154,24 @@ class PlanRules:
                           positions_used=state.positions_used + segment.stages,
                           layers_left=state.layers_left - segment.layers, free=free)
 
+    def build(self, plan: Plan) -> BuildState | None:
+        """The state reached by placing ``plan``'s stages one segment each, back to front;
+        None where the masks forbid a step (or the pair is not offered)."""
+        pair = next((i for i, t in enumerate(self.pairs)
+                     if (t.dp, t.micro_batch) == (plan.dp, plan.micro_batch)), None)
+        if pair is None:
+            return None
+        tables, state = self.pairs[pair], self.start(pair)
+        for stage in reversed(plan.stages):
+            if (stage.tp, stage.recompute) not in tables.options:
+                return None
+            segment = Segment(stage.domain, stage.layers,
+                              tables.options.index((stage.tp, stage.recompute)), 1)
+            if not self.admissible(state, segment):
+                return None
+            state = self.place(state, segment)
+        return state
+
     def plan(self, state: BuildState) -> Plan:
         """The finished plan, front to back."""
         tables = self.pairs[state.pair]

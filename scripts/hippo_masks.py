@@ -16,28 +16,14 @@ from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import SUITES_DIR, suite_paths
 from rl.env import PlanEnv, Task
-from rl.masks import PlanRules, Segment
+from rl.masks import PlanRules
 from solvers.front import Front
 
 
 def reachable(instance: Instance, front: Front) -> int:
     rules = PlanRules(instance)
-    count = 0
-    for point in front.points:
-        plan = point.plan
-        pairs = [i for i, t in enumerate(rules.pairs)
-                 if (t.dp, t.micro_batch) == (plan.dp, plan.micro_batch)]
-        if not pairs:
-            continue
-        tables, state = rules.pairs[pairs[0]], rules.start(pairs[0])
-        for stage in reversed(plan.stages):
-            segment = Segment(stage.domain, stage.layers,
-                              tables.options.index((stage.tp, stage.recompute)), 1)
-            if not rules.admissible(state, segment):
-                break
-            state = rules.place(state, segment)
-        count += state.layers_left == 0
-    return count
+    built = [rules.build(point.plan) for point in front.points]
+    return sum(state is not None and state.layers_left == 0 for state in built)
 
 
 def main() -> None:

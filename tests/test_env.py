@@ -17,7 +17,7 @@ from instances.generate import generate_instance
 from instances.suites import SUITES_DIR, suite_paths
 from instances.tiny import tiny_instance
 from rl.env import ACTIONS, DOMAIN, PAIR, PlanEnv, Task
-from rl.masks import PlanRules, Segment, even_split, even_split_capacity
+from rl.masks import PlanRules, even_split, even_split_capacity
 from solvers.baselines import baseline_references
 from solvers.front import Front
 
@@ -84,16 +84,9 @@ def test_every_exact_front_plan_is_reachable():
         front = Front.load(SUITES_DIR.parent / "fronts" / "quick" / f"{path.stem}.front.json",
                            instance)
         for point in front.points:
-            plan = point.plan
-            pair = next(i for i, t in enumerate(rules.pairs)
-                        if (t.dp, t.micro_batch) == (plan.dp, plan.micro_batch))
-            tables, state = rules.pairs[pair], rules.start(pair)
-            for stage in reversed(plan.stages):
-                segment = Segment(stage.domain, stage.layers,
-                                  tables.options.index((stage.tp, stage.recompute)), 1)
-                assert rules.admissible(state, segment), (path.stem, plan)
-                state = rules.place(state, segment)
-            assert state.layers_left == 0 and rules.plan(state) == plan
+            state = rules.build(point.plan)
+            assert state is not None, (path.stem, point.plan)
+            assert state.layers_left == 0 and rules.plan(state) == point.plan
 
 
 def test_reward_is_the_seed_reward_of_the_evaluated_plan(instance: Instance):
@@ -168,3 +161,16 @@ def test_even_split_and_its_capacity_match_enumeration(instance: Instance):
                                                              strict=True))]
                     assert even_split_capacity(tables, position, option, stages,
                                                finishing) == max(fitting, default=0)
+
+
+def test_build_rejects_an_infeasible_plan(instance: Instance):
+    rules = PlanRules(instance)
+    front = Front.load(SUITES_DIR.parent / "fronts" / "quick"
+                       / "cn-hubs-k6-llama2-7b-s130.front.json", instance)
+    largest = max(front.points, key=lambda p: p.objectives[1]).plan
+    poorest = int(np.argmin([d.free_gpus for d in instance.domains]))
+    crowded = dataclasses.replace(largest, stages=tuple(
+        dataclasses.replace(s, domain=poorest) for s in largest.stages))
+    assert not evaluate(instance, crowded).feasible
+    assert rules.build(crowded) is None
+    assert rules.build(dataclasses.replace(largest, dp=3)) is None  # pair not offered
