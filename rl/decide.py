@@ -30,7 +30,7 @@ from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
-from formulation.reward import reward_terms
+from formulation.reward import check_weights, reward, reward_terms
 from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
 from instances.suites import PREFERENCES
 from rl.env import NoFeasiblePlan, PlanEnv
@@ -122,8 +122,9 @@ class Scheduler:
         weights = np.asarray(weights, dtype=float)
         result = evaluate(instance, plan)
         scale = self.env.cache.scale
-        terms = reward_terms(np.array([result.objectives], dtype=float), scale)[0]
-        total = float(weights @ (terms * np.array([1.0, 1.0, -1.0])))
+        objectives = np.array([result.objectives], dtype=float)
+        terms = reward_terms(objectives, scale)[0]
+        total = float(reward(objectives, weights, scale)[0])
         return Decision(plan, result, weights, latency,
                         {"R_eff": float(terms[0]), "R_util": float(terms[1]),
                          "R_cost": float(terms[2]), "R": total,
@@ -228,13 +229,10 @@ def heatmap(instance: Instance, plan: Plan, path: Path) -> None:
 
 def parse_weights(text: str) -> np.ndarray:
     try:
-        weights = np.array([float(x) for x in text.split(",")])
+        return check_weights([float(x) for x in text.split(",")])
     except ValueError:
-        raise InputError(f"--weights: {text!r} is not three comma-separated numbers") from None
-    if weights.shape != (3,) or not np.all(np.isfinite(weights)) or np.any(weights < 0) \
-            or not weights.sum() > 0:
-        raise InputError(f"--weights: need three numbers >= 0, not all 0; got {text!r}")
-    return weights
+        raise InputError(f"--weights: need three comma-separated numbers >= 0, not all 0; "
+                         f"got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,6 @@ from solvers.baselines import baseline_references
 
 PAIR, DOMAIN, LAYERS, OPTION, SPLIT = range(5)
 PHASES = ("pair", "domain", "layers", "option", "split")
-UPPER_PHASES = (PAIR, DOMAIN, LAYERS)
 MAX_DOMAINS = 20
 ACTIONS = 128  # >= pairs, domains, layers (LLaMA-3-405B has 126), options, stages
 NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES = 12, 4, 24
@@ -166,7 +165,7 @@ class PlanEnv(gym.Env):
 
     def step(self, action: int):
         action = int(action)
-        if not self.action_masks()[action]:
+        if not self._mask[action]:  # the mask of the observation the caller acted on
             return self._observation(), -1.0, False, True, {"invalid_action": True}
         rules = self.cache.rules
         if self.phase == PAIR:
@@ -226,6 +225,7 @@ class PlanEnv(gym.Env):
             self.state, self.partial["domain"], option, stages)[self.partial["layers"]])
 
     def _observation(self) -> dict[str, np.ndarray]:
+        self._mask = self.action_masks()  # once per step: step() checks the action against it
         instance, cache, state = self.task.instance, self.cache, self.state
         k = instance.num_domains
         free0 = cache.rules.free.astype(np.float32)
@@ -277,7 +277,7 @@ class PlanEnv(gym.Env):
         return {"node_features": nodes, "node_mask": cache.node_mask.copy(),
                 "edge_features": self.edges.copy(), "adjacency": self.adjacency.copy(),
                 "context": context, "phase": self.phase, "current_domain": current,
-                "action_mask": self.action_masks().astype(np.int8)}
+                "action_mask": self._mask.astype(np.int8)}
 
 
 def constraint_excess(instance: Instance, result) -> np.ndarray:
