@@ -90,7 +90,8 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     for weights in sweep:  # one decision per preference vector
         start = time.perf_counter()
         plans += [plan for plan, _ in scheduler.plans(instance, weights,
-                                                      hippo.get("samples", 0), seed)]
+                                                      hippo.get("samples", 0), seed,
+                                                      hippo.get("polish", 0))]
         latencies.append(time.perf_counter() - start)
     front = Front.from_plans(instance, plans, "heuristic")
     feasible = int(score(instance, plans)[1].sum())
@@ -106,7 +107,8 @@ DESCRIPTIONS = {
     "dtfm": "DT-FM-like GA with open-loop TSP order",
     "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
     "hippo": "Hi-PPO agent: one greedy plan per preference vector, swept over the suite's "
-             "preferences and a 0.1 grid of the simplex (rl.decide)",
+             "preferences and a 0.1 grid of the simplex (rl.decide); --hippo-samples adds "
+             "sampled plans, --hippo-polish their local-search optima",
 }
 METHODS: dict[str, Method] = {
     # The committed exact front, scored like a method so that every table shows what the

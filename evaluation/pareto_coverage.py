@@ -94,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--population", type=int, default=None, help="NSGA-II population")
     parser.add_argument("--hippo-samples", type=int, default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
+    parser.add_argument("--hippo-polish", type=int, default=0,
+                        help="Hi-PPO: rounds of local search on each plan (0: none)")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="Hi-PPO checkpoint (default: the shipped one)")
     parser.add_argument("--target-gap", type=float, default=0.05,
@@ -110,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> list[str]:
-    if args.workers < 1 or args.seeds < 1 or args.repeats < 0 or args.hippo_samples < 0:
-        raise InputError("--workers and --seeds must be >= 1, --repeats and "
-                         "--hippo-samples >= 0")
+    if (args.workers < 1 or args.seeds < 1 or args.repeats < 0 or args.hippo_samples < 0
+            or args.hippo_polish < 0):
+        raise InputError("--workers and --seeds must be >= 1, --repeats, --hippo-samples "
+                         "and --hippo-polish >= 0")
     if args.checkpoint is not None and not args.checkpoint.is_file():
         raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
     if not 0 <= args.target_gap < 1:
@@ -160,7 +163,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
 
     nsga2 = {key: value for key in ("generations", "population")
              if (value := getattr(args, key)) is not None}
-    hippo = {"samples": args.hippo_samples,
+    hippo = {"samples": args.hippo_samples, "polish": args.hippo_polish,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,

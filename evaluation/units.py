@@ -51,8 +51,9 @@ class EvaluationSettings:
     nsga2: dict = field(default_factory=dict)
     """Overrides of :class:`solvers.nsga2.Nsga2Settings` (population, generations)."""
     hippo: dict = field(default_factory=dict)
-    """Hi-PPO options: ``samples`` per preference, ``grid`` steps of the preference sweep
-    (default 10), ``checkpoint`` (default: the shipped one)."""
+    """Hi-PPO options: ``samples`` per preference, ``polish`` rounds of local search per
+    plan, ``grid`` steps of the preference sweep (default 10), ``checkpoint`` (default: the
+    shipped one)."""
     robustness: RobustnessSettings = RobustnessSettings()
     trace_seed: int = 0
     """Seed of the bandwidth and load traces: the same traces for every method and seed."""

@@ -1,13 +1,15 @@
 """Hi-PPO decisions: a plan for an instance state and a preference, with its explanation.
 
-    python -m rl.decide INSTANCE --weights w1,w2,w3 [--samples N] [--seed S]
-                        [--checkpoint FILE] [--heatmap FILE.png] [--out PLAN.json]
+    python -m rl.decide INSTANCE --weights w1,w2,w3 [--samples N] [--polish ROUNDS]
+                        [--seed S] [--checkpoint FILE] [--heatmap FILE.png] [--out PLAN.json]
 
 prints JSON: the plan, its objectives and evaluation (from the evaluator), the decision
 latency, the reward decomposition (R_eff, R_util, R_cost and R) and a rule summary: which
 links (bandwidth, latency, share of the 1F1B period they keep busy), memory limits and GPU
 counts drove the chain and the cuts, and which term sets the period. ``--samples N`` also
-draws N plans from the policy and keeps the one with the best reward. ``--heatmap`` draws the
+draws N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS``
+also improves each plan by at most that many rounds of local search on the reward
+(:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap`` draws the
 cross-domain traffic (GB per step between domains).
 
 :class:`Scheduler` is the API; :meth:`Scheduler.front` sweeps preference vectors (and
@@ -34,9 +36,10 @@ from formulation.reward import check_weights, reward, reward_terms
 from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
 from instances.suites import PREFERENCES
 from rl.env import NoFeasiblePlan, PlanEnv
-from rl.networks import HiPPOPolicy, as_tensors
+from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
 from rl.train import HiPPOConfig, load_checkpoint, make_policy
 from solvers.front import Front, versions
+from solvers.local_search import local_search
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "hi_ppo.pt"
 TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is memory-bound
@@ -80,40 +83,69 @@ class Scheduler:
         self.policy.eval()
         self.checkpoint = str(checkpoint)
         self.env = PlanEnv()
+        self.envs = [self.env]  # one per episode run in lockstep (:meth:`_episodes`)
         torch.set_num_threads(1)
 
-    def _episode(self, instance: Instance, weights: np.ndarray,
-                 generator: torch.Generator | None) -> tuple[Plan, float]:
-        observation, _ = self.env.reset(options={"instance": instance, "weights": weights})
-        while True:
+    def _episodes(self, instance: Instance, weights: np.ndarray, samples: int,
+                  generator: torch.Generator) -> list[tuple[Plan, float]]:
+        """The greedy episode and ``samples`` sampled ones, run in lockstep: one batched
+        forward pass per step for all the episodes still building (a small network costs
+        about the same for one observation as for several)."""
+        while len(self.envs) < samples + 1:  # the envs share one cache of instance rules
+            env = PlanEnv()
+            env._caches = self.env._caches
+            self.envs.append(env)
+        envs = self.envs[:samples + 1]
+        observations = [env.reset(options={"instance": instance, "weights": weights})[0]
+                        for env in envs]
+        results: list[tuple[Plan, float] | None] = [None] * len(envs)
+        active = list(range(len(envs)))
+        while active:
+            batch = {key: np.stack([observations[i][key] for i in active])
+                     for key in OBS_KEYS}
             with torch.no_grad():
-                action, *_ = self.policy.act(as_tensors(observation),
-                                             deterministic=generator is None,
-                                             generator=generator)
-            observation, value, terminated, truncated, info = self.env.step(int(action))
-            if terminated:
-                return info["plan"], value
-            if truncated:  # cannot happen with the masks; a loud failure if it does
-                raise RuntimeError("the policy left the action mask")
+                logits, _ = self.policy(as_tensors(batch))
+                actions = logits.argmax(dim=-1)
+                if active[0] != 0 or len(active) > 1:  # rows of sampled episodes
+                    first = 1 if active[0] == 0 else 0
+                    probs = torch.softmax(logits[first:], dim=-1)
+                    actions[first:] = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            still = []
+            for i, action in zip(active, actions.tolist(), strict=True):
+                observations[i], value, terminated, _, info = envs[i].step(int(action))
+                if info.get("invalid_action"):  # cannot happen with the masks; fail loudly
+                    raise RuntimeError("the policy left the action mask")
+                if terminated:
+                    results[i] = (info["plan"], value)
+                else:
+                    still.append(i)
+            active = still
+        return results
 
-    def plans(self, instance: Instance, weights, samples: int = 0,
-              seed: int = 0) -> list[tuple[Plan, float]]:
-        """The greedy plan and ``samples`` sampled ones, each with its reward; none where
-        the instance admits no plan at all."""
+    def plans(self, instance: Instance, weights, samples: int = 0, seed: int = 0,
+              polish: int = 0) -> list[tuple[Plan, float]]:
+        """The greedy plan and ``samples`` sampled ones, each with its reward, and with
+        ``polish`` > 0 the local optima reached from them by at most that many rounds of
+        local search; none where the instance admits no plan at all."""
         weights = np.asarray(weights, dtype=float)
         try:
-            out = [self._episode(instance, weights, None)]
+            self.env.reset(options={"instance": instance, "weights": weights})
         except NoFeasiblePlan:
             return []
         generator = torch.Generator().manual_seed(seed)
-        out += [self._episode(instance, weights, generator) for _ in range(samples)]
+        out = self._episodes(instance, weights, samples, generator)
+        if polish > 0:
+            scale = self.env.cache.scale
+            out += [local_search(instance, plan, weights, scale, rounds=polish)
+                    for plan, _ in out]
         return out
 
-    def decide(self, instance: Instance, weights, samples: int = 0,
-               seed: int = 0) -> Decision:
-        """The best-rewarded of the greedy and sampled plans, timed and explained."""
+    def decide(self, instance: Instance, weights, samples: int = 0, seed: int = 0,
+               polish: int = 0) -> Decision:
+        """The best-rewarded of the greedy, sampled and polished plans, timed and
+        explained."""
         start = time.perf_counter()
-        candidates = self.plans(instance, weights, samples, seed)
+        candidates = self.plans(instance, weights, samples, seed, polish)
         if not candidates:
             raise InputError(f"instance {instance.name!r}: no feasible plan exists (the "
                              "model fits in no combination of the free GPUs)")
@@ -132,16 +164,17 @@ class Scheduler:
                         explain(instance, plan, result))
 
     def front(self, instance: Instance, preferences=PREFERENCES, samples: int = 0,
-              seed: int = 0) -> Front:
-        """Plans for every preference vector (greedy plus samples) as a heuristic front."""
+              seed: int = 0, polish: int = 0) -> Front:
+        """Plans for every preference vector (greedy plus samples, and their polished
+        versions) as a heuristic front."""
         start = time.perf_counter()
         plans = [plan for w in preferences
-                 for plan, _ in self.plans(instance, w, samples, seed)]
+                 for plan, _ in self.plans(instance, w, samples, seed, polish)]
         front = Front.from_plans(instance, plans, "heuristic")
         front.provenance = {"command": "rl.decide.Scheduler.front()", "method": "hippo",
                             "versions": {**versions(), "torch": torch.__version__},
                             "parameters": {"checkpoint": self.checkpoint, "samples": samples,
-                                           "seed": seed,
+                                           "seed": seed, "polish": polish,
                                            "preferences": [list(w) for w in preferences]},
                             "wall_time_s": round(time.perf_counter() - start, 4),
                             "decisions": len(plans)}
@@ -242,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", required=True, help="w1,w2,w3 (efficiency, "
                         "utilisation, cost)")
     parser.add_argument("--samples", type=int, default=0)
+    parser.add_argument("--polish", type=int, default=0,
+                        help="rounds of local search on each plan (0: none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--heatmap", type=Path, default=None, help="PNG of WAN traffic")
@@ -252,10 +287,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
-    if args.samples < 0:
-        raise InputError("--samples must be >= 0")
+    if args.samples < 0 or args.polish < 0:
+        raise InputError("--samples and --polish must be >= 0")
     instance = Instance.load(args.instance)
-    decision = Scheduler(args.checkpoint).decide(instance, weights, args.samples, args.seed)
+    decision = Scheduler(args.checkpoint).decide(instance, weights, args.samples, args.seed,
+                                                 args.polish)
     if args.out is not None:
         write_json_atomic(args.out, decision.plan.to_dict(instance))
     if args.heatmap is not None:

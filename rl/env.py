@@ -8,12 +8,18 @@ phase, named in the observation; all phases share one ``Discrete(ACTIONS)`` spac
 ========  =======  ==========================================================  ==========
 phase     level    decision                                                   action
 ========  =======  ==========================================================  ==========
-PAIR      upper    data-parallel degree and micro-batch                       pair index
+PAIR      upper    data-parallel degree and micro-batch                       pair code
 DOMAIN    upper    the next domain of the chain, building back to front       domain
 LAYERS    upper    the layers that domain takes (its share of the model)      layers - 1
-OPTION    lower    tensor parallelism and recompute inside that domain        option
+OPTION    lower    tensor parallelism and recompute inside that domain        option code
 SPLIT     lower    how many pipeline stages the domain's layers form          stages - 1
 ========  =======  ==========================================================  ==========
+
+Pairs and options have fixed codes, the same on every instance whatever its search space:
+``(dp - 1) * MAX_MICRO_BATCH + micro_batch - 1`` and ``(tp - 1) * 3 + recompute mode``
+(none, selective, full), so an action means one (dp, micro-batch) or (tp, recompute)
+everywhere. The agent offers dp up to ``MAX_DP`` and micro-batches up to
+``MAX_MICRO_BATCH``; a search space's larger values are not offered.
 
 After SPLIT the segment is placed; the chain stops by itself when no layers are left (the
 masks make "stop" implicit, so it is never premature). The reward comes at the end: the
@@ -21,7 +27,8 @@ seeds' ``R = w1 R_eff + w2 R_util - w3 R_cost`` (SPEC section 4) of the evaluato
 objectives, normalised by the single-domain and oblivious baselines, minus
 ``multipliers . constraint excess`` for the soft constraints (WAN share cap, cost budget),
 whose multipliers the trainer raises by dual ascent. An action outside the mask (only a
-caller that ignores the mask sends one) truncates the episode with reward -1 and no plan.
+caller that ignores the mask sends one) costs -1 and changes nothing; the ``INVALID_LIMIT``-th
+such action of an episode truncates it, without a plan.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from formulation.evaluator import evaluate_plans
-from formulation.instance import Instance
+from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
 from formulation.reward import reward
 from rl.masks import BuildState, PlanRules, Segment
@@ -42,9 +49,11 @@ from solvers.baselines import baseline_references
 PAIR, DOMAIN, LAYERS, OPTION, SPLIT = range(5)
 PHASES = ("pair", "domain", "layers", "option", "split")
 MAX_DOMAINS = 20
-ACTIONS = 128  # >= pairs, domains, layers (LLaMA-3-405B has 126), options, stages
+ACTIONS = 128  # >= pair codes, domains, layers (LLaMA-3-405B has 126), option codes, stages
+MAX_DP, MAX_MICRO_BATCH = 16, 8  # pair codes: MAX_DP * MAX_MICRO_BATCH <= ACTIONS
 NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES = 12, 4, 24
 SOFT_CONSTRAINTS = ("wan_cap", "cost_budget")
+INVALID_LIMIT = 16
 FEATURE_BOUND = 1e3  # features are scaled to O(1); the bound only keeps the space finite
 
 
@@ -60,6 +69,18 @@ class Task:
     weights: np.ndarray  # (3,) w1 efficiency, w2 utilisation, w3 cost
 
 
+def pair_code(dp: int, micro_batch: int) -> int | None:
+    """The PAIR action of a (dp, micro-batch) pair; None beyond the agent's range."""
+    if not (1 <= dp <= MAX_DP and 1 <= micro_batch <= MAX_MICRO_BATCH):
+        return None
+    return (dp - 1) * MAX_MICRO_BATCH + micro_batch - 1
+
+
+def option_code(tp: int, recompute: str) -> int:
+    """The OPTION action of a (tp, recompute) option."""
+    return (tp - 1) * len(RECOMPUTE_MODES) + RECOMPUTE_MODES.index(recompute)
+
+
 class InstanceCache:
     """What depends only on an instance's domains, model and search space: the masks' rules
     and the reward scale (computed once; a bandwidth or latency change keeps them, since
@@ -70,6 +91,10 @@ class InstanceCache:
         if k > MAX_DOMAINS:
             raise ValueError(f"{instance.name}: {k} domains, the agent handles <= {MAX_DOMAINS}")
         self.rules = PlanRules(instance)
+        # action codes of the offered pairs (None: out of the agent's range) and options
+        self.pair_codes = [pair_code(t.dp, t.micro_batch) for t in self.rules.pairs]
+        self.pair_of_code = {c: i for i, c in enumerate(self.pair_codes) if c is not None}
+        self.option_codes = [[option_code(*o) for o in t.options] for t in self.rules.pairs]
         self.scale = baseline_references(instance).scale
         self.node_mask = np.zeros(MAX_DOMAINS, dtype=np.float32)
         self.node_mask[:k] = 1
@@ -149,7 +174,8 @@ class PlanEnv(gym.Env):
         self.state: BuildState | None = None
         self.phase = PAIR
         self.partial: dict[str, int] = {}
-        if not self.cache.rules.pairs:
+        self.invalid_actions = 0
+        if not self.cache.pair_of_code:
             raise NoFeasiblePlan(f"{task.instance.name}: no feasible plan for the agent "
                                  "to build")
         return self._observation(), {}
@@ -166,10 +192,12 @@ class PlanEnv(gym.Env):
     def step(self, action: int):
         action = int(action)
         if not self._mask[action]:  # the mask of the observation the caller acted on
-            return self._observation(), -1.0, False, True, {"invalid_action": True}
+            self.invalid_actions += 1
+            return (self._observation(), -1.0, False,
+                    self.invalid_actions >= INVALID_LIMIT, {"invalid_action": True})
         rules = self.cache.rules
         if self.phase == PAIR:
-            self.state = rules.start(action)
+            self.state = rules.start(self.cache.pair_of_code[action])
             self.phase = DOMAIN
         elif self.phase == DOMAIN:
             self.partial = {"domain": action}
@@ -178,7 +206,7 @@ class PlanEnv(gym.Env):
             self.partial["layers"] = action + 1
             self.phase = OPTION
         elif self.phase == OPTION:
-            self.partial["option"] = action
+            self.partial["option"] = self.cache.option_codes[self.state.pair].index(action)
             self.phase = SPLIT
         else:
             self.state = rules.place(self.state, Segment(stages=action + 1, **self.partial))
@@ -205,16 +233,16 @@ class PlanEnv(gym.Env):
         mask = np.zeros(ACTIONS, dtype=bool)
         rules, state, partial = self.cache.rules, self.state, self.partial
         if self.phase == PAIR:
-            mask[:len(rules.pairs)] = True
+            mask[list(self.cache.pair_of_code)] = True
         elif self.phase == DOMAIN:
             for k in range(self.task.instance.num_domains):
                 mask[k] = rules.layer_options(state, k).any()
         elif self.phase == LAYERS:
             mask[:rules.layers] = rules.layer_options(state, partial["domain"])[1:]
         elif self.phase == OPTION:
-            for option in range(rules.pairs[state.pair].num_options):
-                mask[option] = any(self._fits(option, n)
-                                   for n in range(1, rules.max_stages(state) + 1))
+            for option, code in enumerate(self.cache.option_codes[state.pair]):
+                mask[code] = any(self._fits(option, n)
+                                 for n in range(1, rules.max_stages(state) + 1))
         else:
             for n in range(1, rules.max_stages(state) + 1):
                 mask[n - 1] = self._fits(partial["option"], n)
@@ -280,16 +308,31 @@ class PlanEnv(gym.Env):
                 "action_mask": self._mask.astype(np.int8)}
 
 
-def constraint_excess(instance: Instance, result) -> np.ndarray:
-    """How far one evaluated plan exceeds each soft constraint (0 when it holds): the
+def constraint_excess(instance: Instance, result, index: int = 0) -> np.ndarray:
+    """How far evaluated plan ``index`` exceeds each soft constraint (0 when it holds): the
     busiest WAN link's share of the period over the cap, and the cost over the budget,
     both relative."""
     excess = np.zeros(len(SOFT_CONSTRAINTS))
     cap = instance.constraints.wan_share_cap
     if cap is not None and result.boundary_occupancy_s.size:
-        share = result.boundary_occupancy_s[0].max(initial=0.0) / result.period_s[0]
+        share = result.boundary_occupancy_s[index].max(initial=0.0) / result.period_s[index]
         excess[0] = max(0.0, share / cap - 1)
     budget = instance.constraints.cost_budget
     if budget is not None:
-        excess[1] = max(0.0, float(result.comm_cost[0]) / budget - 1)
+        excess[1] = max(0.0, float(result.comm_cost[index]) / budget - 1)
     return excess
+
+
+def plan_actions(cache: InstanceCache, plan: Plan) -> list[int] | None:
+    """The actions that build ``plan`` (its segments of :meth:`PlanRules.segments`), or None
+    where the masks or the agent's range forbid it: what a demonstration replays."""
+    segments = cache.rules.segments(plan)
+    code = pair_code(plan.dp, plan.micro_batch)
+    if segments is None or code is None:
+        return None
+    pair = cache.rules.pair_of(plan)
+    actions = [code]
+    for segment in segments:
+        actions += [segment.domain, segment.layers - 1,
+                    cache.option_codes[pair][segment.option], segment.stages - 1]
+    return actions

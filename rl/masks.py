@@ -154,21 +154,54 @@ class PlanRules:
                           positions_used=state.positions_used + segment.stages,
                           layers_left=state.layers_left - segment.layers, free=free)
 
-    def build(self, plan: Plan) -> BuildState | None:
-        """The state reached by placing ``plan``'s stages one segment each, back to front;
-        None where the masks forbid a step (or the pair is not offered)."""
-        pair = next((i for i, t in enumerate(self.pairs)
+    def pair_of(self, plan: Plan) -> int | None:
+        """Index of ``plan``'s (dp, micro-batch) pair among the offered ones, or None."""
+        return next((i for i, t in enumerate(self.pairs)
                      if (t.dp, t.micro_batch) == (plan.dp, plan.micro_batch)), None)
+
+    def segments(self, plan: Plan) -> list[Segment] | None:
+        """``plan`` as admissible segments, back to front, or None where the masks forbid
+        it. A run of stages in one domain with one option and an even split (extra layers
+        at the back) becomes one segment; any other stage is a segment of its own."""
+        pair = self.pair_of(plan)
         if pair is None:
             return None
-        tables, state = self.pairs[pair], self.start(pair)
-        for stage in reversed(plan.stages):
+        tables, state, out = self.pairs[pair], self.start(pair), []
+        stages = plan.stages[::-1]
+        index = 0
+        while index < len(stages):
+            stage = stages[index]
             if (stage.tp, stage.recompute) not in tables.options:
                 return None
-            segment = Segment(stage.domain, stage.layers,
-                              tables.options.index((stage.tp, stage.recompute)), 1)
-            if not self.admissible(state, segment):
-                return None
+            end = index + 1
+            while end < len(stages) and (stages[end].domain, stages[end].tp,
+                                         stages[end].recompute) == (stage.domain, stage.tp,
+                                                                    stage.recompute):
+                end += 1
+            option = tables.options.index((stage.tp, stage.recompute))
+            run = [s.layers for s in stages[index:end]]
+            merged = Segment(stage.domain, sum(run), option, len(run))
+            if len(run) > 1 and run == even_split(sum(run), len(run)) \
+                    and self.admissible(state, merged):
+                pieces = [merged]
+            else:
+                pieces = [Segment(s.domain, s.layers, option, 1) for s in stages[index:end]]
+            for segment in pieces:
+                if not self.admissible(state, segment):
+                    return None
+                state = self.place(state, segment)
+                out.append(segment)
+            index = end
+        return out
+
+    def build(self, plan: Plan) -> BuildState | None:
+        """The state reached by placing ``plan``'s segments (:meth:`segments`); None where
+        the masks forbid a step (or the pair is not offered)."""
+        segments = self.segments(plan)
+        if segments is None:
+            return None
+        state = self.start(self.pair_of(plan))
+        for segment in segments:
             state = self.place(state, segment)
         return state
 

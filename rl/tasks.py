@@ -79,12 +79,22 @@ class TaskSampler:
 
     def __call__(self, rng: np.random.Generator) -> Task:
         base = self.instances[int(rng.integers(len(self.instances)))]
-        k, swing = base.num_domains, self.settings.bandwidth_swing
-        factor = np.triu(rng.uniform(1 - swing, 1 + swing, size=(k, k)), 1)
-        factor = factor + factor.T + np.eye(k)
-        instance = base.with_link_state(bandwidth_gbps=base.links.bandwidth_gbps * factor)
-        if rng.random() < 0.5:
-            weights = np.array(PREFERENCES[int(rng.integers(len(PREFERENCES)))])
-        else:
-            weights = rng.dirichlet(np.ones(3))
-        return Task(instance, weights)
+        instance = perturb(base, rng, self.settings.bandwidth_swing)
+        return Task(instance, draw_weights(rng))
+
+
+def perturb(base: Instance, rng: np.random.Generator, swing: float) -> Instance:
+    """``base`` with each WAN link's bandwidth scaled by a factor in [1 - swing, 1 + swing]
+    (the same both ways)."""
+    k = base.num_domains
+    factor = np.triu(rng.uniform(1 - swing, 1 + swing, size=(k, k)), 1)
+    factor = factor + factor.T + np.eye(k)
+    return base.with_link_state(bandwidth_gbps=base.links.bandwidth_gbps * factor)
+
+
+def draw_weights(rng: np.random.Generator) -> np.ndarray:
+    """A preference vector: one of the suites' fixed ones or a Dirichlet(1, 1, 1) draw,
+    with even odds."""
+    if rng.random() < 0.5:
+        return np.array(PREFERENCES[int(rng.integers(len(PREFERENCES)))])
+    return rng.dirichlet(np.ones(3))

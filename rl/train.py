@@ -43,6 +43,7 @@ from rl.env import (
     SOFT_CONSTRAINTS,
     PlanEnv,
 )
+from rl.imitation import ImitationSettings, clone, demonstrations
 from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
 from rl.tasks import TaskSampler, TaskSettings
 from solvers.front import command_line, versions
@@ -95,6 +96,9 @@ class HiPPOConfig:
     """Seed of the run: weights, episodes and sampling."""
     tasks: dict = field(default_factory=dict)
     """Fields of :class:`rl.tasks.TaskSettings`."""
+    imitation: dict | None = None
+    """Fields of :class:`rl.imitation.ImitationSettings`: clone demonstrations before PPO
+    (None: start PPO from random weights)."""
 
     @staticmethod
     def load(path: str | Path) -> HiPPOConfig:
@@ -112,7 +116,24 @@ class HiPPOConfig:
         unknown = sorted(set(document.get("tasks", {})) - task_names)
         if unknown:
             raise InputError(f"config {str(path)!r}: unknown field tasks.{unknown[0]}")
+        imitation_names = {f.name for f in dataclasses.fields(ImitationSettings)}
+        unknown = sorted(set(document.get("imitation") or {}) - imitation_names)
+        if unknown:
+            raise InputError(f"config {str(path)!r}: unknown field imitation.{unknown[0]}")
+        try:
+            imitation_settings(document.get("imitation"))
+        except (TypeError, ValueError) as err:
+            raise InputError(f"config {str(path)!r}: {err}") from None
         return HiPPOConfig(**document)
+
+
+def imitation_settings(fields: dict | None) -> ImitationSettings | None:
+    if fields is None:
+        return None
+    fields = dict(fields)
+    if "experts" in fields:
+        fields["experts"] = tuple(fields["experts"])
+    return ImitationSettings(**fields)
 
 
 def make_policy(config: HiPPOConfig) -> HiPPOPolicy:
@@ -276,7 +297,7 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
     eval_rng = np.random.default_rng(config.seed + 1)
     eval_tasks = [validation(eval_rng) for _ in range(config.eval_tasks)]
 
-    start, curve, wall = 0, [], 0.0
+    start, curve, wall, cloned = 0, [], 0.0, None
     if resume:
         payload = load_checkpoint(out)
         policy.load_state_dict(payload["policy"])
@@ -284,8 +305,17 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
             optimizer.load_state_dict(state)
         env.multipliers = np.array(payload["multipliers"])
         start, curve, wall = payload["iteration"], payload["curve"], payload["wall_time_s"]
-    iterations = max(1, config.total_steps // config.num_steps)
+        cloned = payload.get("imitation")
     began = time.perf_counter() - wall
+    imitation = imitation_settings(config.imitation)
+    if imitation is not None and start == 0:  # the warm start, before iteration 0
+        demos = demonstrations(env.tasks.instances, imitation, settings.bandwidth_swing,
+                               config.gamma, config.seed, progress)
+        cloned = clone(policy, demos, imitation, config.vf_coef, config.max_grad_norm,
+                       config.seed, _clone_progress(progress, imitation.epochs))
+        cloned.update(evaluate_greedy(policy, env, eval_tasks),
+                      wall_time_s=round(time.perf_counter() - began, 2))
+    iterations = max(1, config.total_steps // config.num_steps)
     bar = _progress(progress, iterations, start)
     payload: dict = {}
     for iteration in range(start, iterations):
@@ -314,7 +344,8 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
             payload = {"config": dataclasses.asdict(config), "policy": policy.state_dict(),
                        "optimizers": [o.state_dict() for o in optimizers],
                        "multipliers": env.multipliers.tolist(), "iteration": iteration + 1,
-                       "curve": curve, "wall_time_s": row["wall_time_s"]}
+                       "curve": curve, "wall_time_s": row["wall_time_s"],
+                       "imitation": cloned}
             save_checkpoint(out, payload)
         bar(row)
     return payload
@@ -348,6 +379,21 @@ def _progress(enabled: bool, total: int, done: int):
     return advance
 
 
+def _clone_progress(enabled: bool, epochs: int):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=epochs, unit="epoch", desc="cloning", file=sys.stderr)
+
+    def advance(stats: dict) -> None:
+        bar.set_postfix(loss=f"{stats['clone_loss']:.3f}")
+        bar.update(1)
+        if stats["epoch"] == epochs:
+            bar.close()
+    return advance
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m rl.train", description="Train the Hi-PPO scheduler.")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
@@ -373,7 +419,8 @@ def _train(args: argparse.Namespace) -> None:
                                                            "torch": torch.__version__},
         "config": dataclasses.asdict(config), "iterations": payload["iteration"],
         "steps": last["steps"], "wall_time_s": last["wall_time_s"],
-        "checkpoint": args.out.name, "curve": payload["curve"]})
+        "checkpoint": args.out.name, "imitation": payload.get("imitation"),
+        "curve": payload["curve"]})
     print(f"{last['steps']} steps, {last['wall_time_s']} s, greedy validation reward "
           f"{last.get('eval_reward', float('nan')):.4f} -> {args.out}")
 

@@ -63,6 +63,20 @@ def test_save_and_load_give_identical_decisions(checkpoint: Path, instance: Inst
         assert a.plan == b.plan
 
 
+def test_polish_only_improves_and_counts_in_the_latency(checkpoint: Path,
+                                                         instance: Instance):
+    scheduler = Scheduler(checkpoint)
+    for weights in [(1, 0, 0), (0.5, 0, 0.5), (0.2, 0.2, 0.6)]:
+        plain = scheduler.decide(instance, weights, samples=1, seed=2)
+        polished = scheduler.decide(instance, weights, samples=1, seed=2, polish=10)
+        assert polished.reward["R"] >= plain.reward["R"] - 1e-12
+        assert polished.evaluation.feasible
+    plans = scheduler.plans(instance, (1, 0, 0), samples=2, seed=0, polish=5)
+    assert len(plans) == 6  # three episodes and their three local optima
+    assert [p for p, _ in plans[:3]] == [p for p, _ in scheduler.plans(instance, (1, 0, 0),
+                                                                       samples=2, seed=0)]
+
+
 def test_front_sweeps_the_preferences(checkpoint: Path, instance: Instance):
     front = Scheduler(checkpoint).front(instance, samples=1)
     assert front.status == "heuristic" and front.points
@@ -85,6 +99,7 @@ def test_cli_prints_the_decision_and_draws_the_heat_map(checkpoint: Path, tmp_pa
     (["--weights", "1,0"], "--weights"),
     (["--weights", "-1,1,1"], "--weights"),
     (["--weights", "1,0,0", "--checkpoint", "missing.pt"], "no such file"),
+    (["--weights", "1,0,0", "--polish", "-1"], "--polish"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path):
     out = tmp_path / "plan.json"

@@ -16,7 +16,7 @@ from formulation.reward import reward
 from instances.generate import generate_instance
 from instances.suites import SUITES_DIR, suite_paths
 from instances.tiny import tiny_instance
-from rl.env import ACTIONS, DOMAIN, PAIR, PlanEnv, Task
+from rl.env import ACTIONS, DOMAIN, INVALID_LIMIT, PAIR, PlanEnv, Task
 from rl.masks import PlanRules, even_split, even_split_capacity
 from solvers.baselines import baseline_references
 from solvers.front import Front
@@ -116,13 +116,17 @@ def test_soft_constraints_are_penalised_by_their_multipliers(instance: Instance)
     assert value == pytest.approx(info["reward_terms"] - 2.0 * excess)
 
 
-def test_an_action_outside_the_mask_truncates_without_a_plan(instance: Instance):
+def test_an_action_outside_the_mask_changes_nothing_and_repeated_truncates(
+        instance: Instance):
     env = _env(instance)
     observation, _ = env.reset(seed=0)
     assert observation["phase"] == PAIR
     forbidden = int(np.flatnonzero(observation["action_mask"] == 0)[0])
-    _, value, terminated, truncated, info = env.step(forbidden)
-    assert (value, terminated, truncated) == (-1.0, False, True) and info["invalid_action"]
+    for count in range(1, INVALID_LIMIT + 1):
+        after, value, terminated, truncated, info = env.step(forbidden)
+        assert all(np.array_equal(after[key], observation[key]) for key in after)
+        assert (value, terminated, info["invalid_action"]) == (-1.0, False, True)
+        assert truncated == (count == INVALID_LIMIT)
 
 
 def test_same_seed_same_tasks_and_observations(instance: Instance):

@@ -118,6 +118,7 @@ def test_missing_reference_front_is_a_clear_error(tiny_suite: Path, tmp_path: Pa
     (["--methods", "hippo"], "hippo is not available"),
     (["--suite", "nowhere"], "neither quick, bench nor a directory"),
     (["--workers", "0"], "--workers"),
+    (["--hippo-polish", "-1"], "--hippo-polish"),
     (["--match", "no-such-instance"], "--match"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path,

@@ -34,6 +34,7 @@ TINY = HiPPOConfig(num_steps=128, update_epochs=2, minibatch_size=64, total_step
 
 def test_committed_config_holds_the_seeds_values():
     config = HiPPOConfig.load(DEFAULT_CONFIG)
+    assert config.imitation is not None and config.imitation["experts"]
     assert (config.learning_rate, config.gamma, config.gae_lambda, config.clip_coef) == \
         (3e-4, 0.99, 0.95, 0.2)
     assert (config.ent_coef, config.vf_coef, config.max_grad_norm, config.target_kl) == \
@@ -46,6 +47,8 @@ def test_committed_config_holds_the_seeds_values():
     ("learning_rat: 0.1\n", "unknown field 'learning_rat'"),
     ("tasks: {pools: 3}\n", "unknown field tasks.pools"),
     ("- 1\n- 2\n", "must be a mapping"),
+    ("imitation: {epoch: 3}\n", "unknown field imitation.epoch"),
+    ("imitation: {experts: [sailor, oracle]}\n", "unknown planner 'oracle'"),
 ])
 def test_bad_configs_name_the_problem(tmp_path: Path, text: str, needle: str):
     path = tmp_path / "bad.yaml"
@@ -128,3 +131,19 @@ def test_cli_rejects_a_missing_config(tmp_path: Path):
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "none.yaml" in done.stderr
     assert not out.exists()
+
+
+def test_imitation_warm_start_is_recorded_and_not_repeated_on_resume(tmp_path: Path):
+    imitation = {"states": 1, "random_preferences": 1, "epochs": 2, "workers": 1,
+                 "polish": 2, "holdout": 0.25}
+    config = dataclasses.replace(TINY, total_steps=2 * TINY.num_steps, imitation=imitation)
+    whole = train(config, tmp_path / "whole.pt", progress=False)
+    stats = whole["imitation"]
+    assert stats["episodes"] == 8 and stats["decisions"] >= 8 * 5
+    assert 0 <= stats["held_out_accuracy"] <= 1 and stats["eval_feasible"] == 1.0
+    first = dataclasses.replace(config, total_steps=TINY.num_steps)
+    train(first, tmp_path / "split.pt", progress=False)
+    resumed = train(config, tmp_path / "split.pt", resume=True, progress=False)
+    assert resumed["imitation"]["clone_loss"] == stats["clone_loss"]
+    for key, value in whole["policy"].items():
+        assert torch.equal(value, resumed["policy"][key]), key
