@@ -2,9 +2,9 @@
 
     python scripts/hippo_masks.py [--episodes 20] [--seed 0]
 
-Per suite: how many exact-front plans can be built step by step under the masks (each cut
-into one-stage segments, back to front), and how many random admissible episodes end in a
-feasible plan (a dead end would stop the script), with the mask time per DOMAIN step.
+Per suite: how many exact-front plans can be built step by step under the masks (cut into
+segments back to front, as demonstrations are), and how many random admissible episodes end
+in a feasible plan (a dead end would stop the script), with the mask time per DOMAIN step.
 """
 
 import argparse
