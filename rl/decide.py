@@ -92,9 +92,7 @@ class Scheduler:
         forward pass per step for all the episodes still building (a small network costs
         about the same for one observation as for several)."""
         while len(self.envs) < samples + 1:  # the envs share one cache of instance rules
-            env = PlanEnv()
-            env._caches = self.env._caches
-            self.envs.append(env)
+            self.envs.append(PlanEnv(caches=self.env.caches))
         envs = self.envs[:samples + 1]
         observations = [env.reset(options={"instance": instance, "weights": weights})[0]
                         for env in envs]
@@ -106,10 +104,10 @@ class Scheduler:
             with torch.no_grad():
                 logits, _ = self.policy(as_tensors(batch))
                 actions = logits.argmax(dim=-1)
-                if active[0] != 0 or len(active) > 1:  # rows of sampled episodes
-                    first = 1 if active[0] == 0 else 0
-                    probs = torch.softmax(logits[first:], dim=-1)
-                    actions[first:] = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                sampled = 1 if active[0] == 0 else 0  # the first sampled row (0: greedy)
+                if len(active) > sampled:
+                    probs = torch.softmax(logits[sampled:], dim=-1)
+                    actions[sampled:] = torch.multinomial(probs, 1, generator=generator)[:, 0]
             still = []
             for i, action in zip(active, actions.tolist(), strict=True):
                 observations[i], value, terminated, _, info = envs[i].step(int(action))
@@ -128,12 +126,11 @@ class Scheduler:
         ``polish`` > 0 the local optima reached from them by at most that many rounds of
         local search; none where the instance admits no plan at all."""
         weights = np.asarray(weights, dtype=float)
-        try:
-            self.env.reset(options={"instance": instance, "weights": weights})
+        generator = torch.Generator().manual_seed(seed)
+        try:  # the first reset raises, before any sampling
+            out = self._episodes(instance, weights, samples, generator)
         except NoFeasiblePlan:
             return []
-        generator = torch.Generator().manual_seed(seed)
-        out = self._episodes(instance, weights, samples, generator)
         if polish > 0:
             scale = self.env.cache.scale
             out += [local_search(instance, plan, weights, scale, rounds=polish)

@@ -54,6 +54,7 @@ MAX_DP, MAX_MICRO_BATCH = 16, 8  # pair codes: MAX_DP * MAX_MICRO_BATCH <= ACTIO
 NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES = 12, 4, 24
 SOFT_CONSTRAINTS = ("wan_cap", "cost_budget")
 INVALID_LIMIT = 16
+WEIGHTS = slice(5, 8)  # where the preference vector sits in the context features
 FEATURE_BOUND = 1e3  # features are scaled to O(1); the bound only keeps the space finite
 
 
@@ -146,16 +147,18 @@ class PlanEnv(gym.Env):
     """Build one feasible plan per episode (module doc).
 
     ``tasks`` draws the next task from the environment's generator; ``reset(options=
-    {"instance": ..., "weights": ...})`` plans for a given one instead."""
+    {"instance": ..., "weights": ...})`` plans for a given one instead. Environments that
+    plan for the same instances can share ``caches`` (their per-instance rules)."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, tasks: Callable[[np.random.Generator], Task] | None = None):
+    def __init__(self, tasks: Callable[[np.random.Generator], Task] | None = None,
+                 caches: dict | None = None):
         self.tasks = tasks
         self.observation_space = observation_space()
         self.action_space = gym.spaces.Discrete(ACTIONS)
         self.multipliers = np.zeros(len(SOFT_CONSTRAINTS))
-        self._caches: dict[tuple, InstanceCache] = {}
+        self.caches: dict[tuple, InstanceCache] = {} if caches is None else caches
 
     # -- episode ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -182,11 +185,11 @@ class PlanEnv(gym.Env):
 
     def _cache(self, instance: Instance) -> InstanceCache:
         key = InstanceCache.key(instance)
-        cache = self._caches.get(key)
+        cache = self.caches.get(key)
         if cache is None:
-            if len(self._caches) > 512:
-                self._caches.clear()
-            cache = self._caches[key] = InstanceCache(instance)
+            if len(self.caches) > 512:
+                self.caches.clear()
+            cache = self.caches[key] = InstanceCache(instance)
         return cache
 
     def step(self, action: int):
@@ -282,7 +285,7 @@ class PlanEnv(gym.Env):
             nodes[:k, 11] = np.floor(free / smallest) / 8.0
         context = np.zeros(CONTEXT_FEATURES, dtype=np.float32)
         context[self.phase] = 1
-        context[5:8] = self.task.weights
+        context[WEIGHTS] = self.task.weights
         model = instance.model
         context[8] = model.layers / ACTIONS
         context[9] = np.log10(model.total_params) / 12
@@ -324,15 +327,13 @@ def constraint_excess(instance: Instance, result, index: int = 0) -> np.ndarray:
 
 
 def plan_actions(cache: InstanceCache, plan: Plan) -> list[int] | None:
-    """The actions that build ``plan`` (its segments of :meth:`PlanRules.segments`), or None
+    """The actions that build ``plan`` (the segments of :meth:`PlanRules.build`), or None
     where the masks or the agent's range forbid it: what a demonstration replays."""
-    segments = cache.rules.segments(plan)
-    code = pair_code(plan.dp, plan.micro_batch)
-    if segments is None or code is None:
+    state = cache.rules.build(plan)
+    if state is None or cache.pair_codes[state.pair] is None:
         return None
-    pair = cache.rules.pair_of(plan)
-    actions = [code]
-    for segment in segments:
+    actions = [cache.pair_codes[state.pair]]
+    for segment in state.segments:
         actions += [segment.domain, segment.layers - 1,
-                    cache.option_codes[pair][segment.option], segment.stages - 1]
+                    cache.option_codes[state.pair][segment.option], segment.stages - 1]
     return actions

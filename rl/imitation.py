@@ -38,7 +38,7 @@ from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reward import reward
 from instances.suites import PREFERENCES
-from rl.env import PHASES, PlanEnv, plan_actions
+from rl.env import PHASES, WEIGHTS, PlanEnv, plan_actions
 from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
 from rl.tasks import perturb
 from solvers.baselines import METHODS as BASELINES
@@ -140,37 +140,28 @@ def demonstrate(base: Instance, settings: ImitationSettings, swing: float, gamma
         result = evaluate_plans(instance, plans)
         env.reset(options={"instance": instance})
         cache = env.cache
-        replays: dict[Plan, list] = {}
+        replays: dict[Plan, tuple | None] = {}  # a plan chosen for several preferences
         for weights in preferences:
-            plans_w, value = choices(instance, plans, result, weights, cache.scale,
-                                     settings.polish)
-            chosen = None
-            for i in np.argsort(-value, kind="stable")[:CANDIDATES]:
-                if not np.isfinite(value[i]):
-                    break
-                if plans_w[i] not in replays:
-                    replays[plans_w[i]] = replay(env, instance, plans_w[i])
-                if replays[plans_w[i]] is not None:
-                    chosen = int(i)
-                    break
+            candidates, value = choices(instance, plans, result, weights, cache.scale,
+                                        settings.polish)
+            chosen = best_buildable(env, instance, candidates, value, replays)
             if chosen is None:
                 continue
-            i = chosen
-            observations, plan_actions_ = replays[plans_w[i]]
-            count = len(plan_actions_)
+            observations, plan_actions_ = replays[candidates[chosen]]
+            count, earned = len(plan_actions_), float(value[chosen])
             for observation in observations:
                 for key in STEP_KEYS:
                     item = observation[key]
                     if key == "context":  # the replay ran with neutral weights
                         item = item.copy()
-                        item[5:8] = weights
+                        item[WEIGHTS] = weights
                     steps[key].append(np.asarray(item))
             for key in EPISODE_KEYS:
                 parts[key].append(observations[0][key])
             episode += [len(rewards)] * count
             actions += plan_actions_
-            returns += [float(value[i]) * gamma ** (count - 1 - t) for t in range(count)]
-            rewards.append(float(value[i]))
+            returns += [earned * gamma ** (count - 1 - t) for t in range(count)]
+            rewards.append(earned)
     if not rewards:
         return None
     return Demonstrations({key: np.stack(v) for key, v in steps.items()},
@@ -191,6 +182,21 @@ def choices(instance: Instance, plans: list[Plan], result, weights: np.ndarray, 
             np.concatenate([value, [r for _, r in polished]]))
 
 
+def best_buildable(env: PlanEnv, instance: Instance, candidates: list[Plan],
+                   value: np.ndarray, replays: dict) -> int | None:
+    """Index of the best-rewarded feasible candidate the masks can build (among the
+    ``CANDIDATES`` best), replayed into ``replays``; None if there is none."""
+    for index in np.argsort(-value, kind="stable")[:CANDIDATES]:
+        if not np.isfinite(value[index]):
+            return None
+        plan = candidates[index]
+        if plan not in replays:
+            replays[plan] = replay(env, instance, plan)
+        if replays[plan] is not None:
+            return int(index)
+    return None
+
+
 def replay(env: PlanEnv, instance: Instance, plan: Plan) -> tuple[list, list[int]] | None:
     """The observations met while building ``plan``, and the actions; None where the masks
     cannot build it."""
@@ -209,23 +215,19 @@ def replay(env: PlanEnv, instance: Instance, plan: Plan) -> tuple[list, list[int
     return observations, actions
 
 
-def _demonstrate_indexed(args: tuple) -> Demonstrations | None:
-    return demonstrate(*args)
-
-
 def demonstrations(instances: list[Instance], settings: ImitationSettings, swing: float,
                    gamma: float, seed: int, progress: bool = False) -> Demonstrations:
     """Demonstrations of every base instance; instance ``i`` draws its states and
     preferences from seed ``(seed, i)``, so the result does not depend on ``workers``."""
     jobs = [(base, settings, swing, gamma, [seed, i]) for i, base in enumerate(instances)]
-    if settings.workers > 1:
+    if settings.workers > 1 and len(jobs) > 1:
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(settings.workers,
                                                     mp_context=context) as pool:
-            parts = list(_bar(pool.map(_demonstrate_indexed, jobs, chunksize=2),
+            parts = list(_bar(pool.map(demonstrate, *zip(*jobs, strict=True), chunksize=2),
                               len(jobs), progress))
     else:
-        parts = [_demonstrate_indexed(job) for job in _bar(jobs, len(jobs), progress)]
+        parts = [demonstrate(*job) for job in _bar(jobs, len(jobs), progress)]
     parts = [p for p in parts if p is not None]
     if not parts:
         raise ValueError("no demonstrations: the experts found no buildable plan")

@@ -23,6 +23,7 @@ sufficient, not necessary: a state whose only completions mix options is masked 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import numpy as np
 
@@ -159,50 +160,32 @@ class PlanRules:
         return next((i for i, t in enumerate(self.pairs)
                      if (t.dp, t.micro_batch) == (plan.dp, plan.micro_batch)), None)
 
-    def segments(self, plan: Plan) -> list[Segment] | None:
-        """``plan`` as admissible segments, back to front, or None where the masks forbid
-        it. A run of stages in one domain with one option and an even split (extra layers
-        at the back) becomes one segment; any other stage is a segment of its own."""
+    def build(self, plan: Plan) -> BuildState | None:
+        """The state reached by placing ``plan`` back to front, or None where the masks
+        forbid a step (or the pair is not offered). A run of stages in one domain with one
+        option and an even split (extra layers at the back) is placed as one segment; any
+        other stage as a segment of its own. The state's segments are what a demonstration
+        replays."""
         pair = self.pair_of(plan)
         if pair is None:
             return None
-        tables, state, out = self.pairs[pair], self.start(pair), []
-        stages = plan.stages[::-1]
-        index = 0
-        while index < len(stages):
-            stage = stages[index]
-            if (stage.tp, stage.recompute) not in tables.options:
+        tables, state = self.pairs[pair], self.start(pair)
+        runs = groupby(plan.stages[::-1], key=lambda s: (s.domain, s.tp, s.recompute))
+        for (domain, tp, recompute), run in runs:
+            if (tp, recompute) not in tables.options:
                 return None
-            end = index + 1
-            while end < len(stages) and (stages[end].domain, stages[end].tp,
-                                         stages[end].recompute) == (stage.domain, stage.tp,
-                                                                    stage.recompute):
-                end += 1
-            option = tables.options.index((stage.tp, stage.recompute))
-            run = [s.layers for s in stages[index:end]]
-            merged = Segment(stage.domain, sum(run), option, len(run))
-            if len(run) > 1 and run == even_split(sum(run), len(run)) \
+            option = tables.options.index((tp, recompute))
+            layers = [s.layers for s in run]
+            merged = Segment(domain, sum(layers), option, len(layers))
+            if len(layers) > 1 and layers == even_split(sum(layers), len(layers)) \
                     and self.admissible(state, merged):
-                pieces = [merged]
-            else:
-                pieces = [Segment(s.domain, s.layers, option, 1) for s in stages[index:end]]
-            for segment in pieces:
+                state = self.place(state, merged)
+                continue
+            for count in layers:
+                segment = Segment(domain, count, option, 1)
                 if not self.admissible(state, segment):
                     return None
                 state = self.place(state, segment)
-                out.append(segment)
-            index = end
-        return out
-
-    def build(self, plan: Plan) -> BuildState | None:
-        """The state reached by placing ``plan``'s segments (:meth:`segments`); None where
-        the masks forbid a step (or the pair is not offered)."""
-        segments = self.segments(plan)
-        if segments is None:
-            return None
-        state = self.start(self.pair_of(plan))
-        for segment in segments:
-            state = self.place(state, segment)
         return state
 
     def plan(self, state: BuildState) -> Plan:

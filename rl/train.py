@@ -108,18 +108,14 @@ class HiPPOConfig:
             raise InputError(f"config {str(path)!r}: not YAML ({err})") from None
         if not isinstance(document, dict):
             raise InputError(f"config {str(path)!r}: must be a mapping of fields")
-        names = {f.name for f in dataclasses.fields(HiPPOConfig)}
-        unknown = sorted(set(document) - names)
-        if unknown:
-            raise InputError(f"config {str(path)!r}: unknown field {unknown[0]!r}")
-        task_names = {f.name for f in dataclasses.fields(TaskSettings)}
-        unknown = sorted(set(document.get("tasks", {})) - task_names)
-        if unknown:
-            raise InputError(f"config {str(path)!r}: unknown field tasks.{unknown[0]}")
-        imitation_names = {f.name for f in dataclasses.fields(ImitationSettings)}
-        unknown = sorted(set(document.get("imitation") or {}) - imitation_names)
-        if unknown:
-            raise InputError(f"config {str(path)!r}: unknown field imitation.{unknown[0]}")
+        for fields, kind, spell in ((document, HiPPOConfig, repr),
+                                    (document.get("tasks") or {}, TaskSettings,
+                                     "tasks.{}".format),
+                                    (document.get("imitation") or {}, ImitationSettings,
+                                     "imitation.{}".format)):
+            unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(kind)})
+            if unknown:
+                raise InputError(f"config {str(path)!r}: unknown field {spell(unknown[0])}")
         try:
             imitation_settings(document.get("imitation"))
         except (TypeError, ValueError) as err:

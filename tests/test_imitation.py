@@ -56,9 +56,10 @@ def test_segments_merge_even_runs_and_keep_uneven_ones(instance: Instance):
     plans = [p for p in expert_plans(instance, ("sailor",)) if p.num_stages >= 3]
     merged = 0
     for plan in plans[:40]:
-        segments = env.cache.rules.segments(plan)
-        if segments is None:
+        state = env.cache.rules.build(plan)
+        if state is None:
             continue
+        segments = state.segments
         assert sum(s.stages for s in segments) == plan.num_stages
         assert sum(s.layers for s in segments) == instance.model.layers
         merged += any(s.stages > 1 for s in segments)
