@@ -44,7 +44,7 @@ from evaluation.summary import kpi_frame, method_frame, preference_frame, units_
 from evaluation.units import EvaluationSettings, WorkUnit
 from formulation.instance import Instance
 from formulation.schema import CliParser, InputError, read_json, run_cli
-from instances.suites import SUITES_DIR, suite_paths, suite_preferences
+from instances.suites import SUITES_DIR, reference_front_path, suite_paths, suite_preferences
 from solvers.front import Front, command_line, versions
 
 DEFAULT_METHODS = ALL_METHODS
@@ -53,8 +53,7 @@ DEFAULT_METHODS = ALL_METHODS
 def suite_files(suite: str) -> tuple[list[tuple[Path, Path]], Path]:
     """(instance, reference front) pairs of a suite, and the directory of its manifest."""
     if suite in ("quick", "bench"):
-        fronts = SUITES_DIR.parent / "fronts" / suite
-        return ([(path, fronts / f"{path.stem}.front.json") for path in suite_paths(suite)],
+        return ([(path, reference_front_path(path)) for path in suite_paths(suite)],
                 SUITES_DIR / suite)
     directory = Path(suite)
     if not directory.is_dir():

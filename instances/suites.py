@@ -31,6 +31,7 @@ from instances.generate import generate_instance
 from instances.sample import best_single_domain, chain_plans, feasible_sample
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
+FRONTS_DIR = SUITES_DIR.parent / "fronts"
 MAX_DOMAIN_SHARE = 0.4
 MIN_SINGLE_DOMAIN_SLOWDOWN = 1.15
 SEED_ATTEMPTS = 60
@@ -167,6 +168,12 @@ def suite_paths(name: str, root: Path = SUITES_DIR) -> list[Path]:
 
     manifest = read_json(root / name / "manifest.json", "suite manifest")
     return [root / name / entry["file"] for entry in manifest["instances"]]
+
+
+def reference_front_path(instance_path: Path) -> Path:
+    """Where the committed reference front of a suite instance file lies:
+    ``instances/fronts/SUITE/NAME.front.json`` for ``instances/suites/SUITE/NAME.json``."""
+    return FRONTS_DIR / instance_path.parent.name / f"{instance_path.stem}.front.json"
 
 
 def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:

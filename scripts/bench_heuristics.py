@@ -25,7 +25,7 @@ from evaluation.metrics import (
     step_time_gaps,
 )
 from formulation.instance import Instance
-from instances.suites import SUITES_DIR, suite_paths
+from instances.suites import reference_front_path, suite_paths
 from solvers.baselines import METHODS, baseline_front
 from solvers.front import Front, dominated_by
 from solvers.nsga2 import MUTATIONS, Nsga2Settings, nsga2_front
@@ -49,8 +49,7 @@ def main() -> None:
         if args.match and not any(m in path.stem for m in args.match):
             continue
         instance = Instance.load(path)
-        reference = Front.load(SUITES_DIR.parent / "fronts" / args.suite /
-                               f"{path.stem}.front.json", instance)
+        reference = Front.load(reference_front_path(path), instance)
         name = path.stem + ("*" if reference.status != "exact" else "")
         reference_set = ReferenceSet.of_front(reference)
         for method in methods:

@@ -18,7 +18,7 @@ import numpy as np
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.reward import scalarised_cost
-from instances.suites import PREFERENCES, SUITES_DIR, suite_paths
+from instances.suites import PREFERENCES, reference_front_path, suite_paths
 from rl.imitation import ImitationSettings, choices, expert_plans
 from solvers.baselines import baseline_references
 from solvers.front import Front
@@ -37,8 +37,7 @@ def main() -> None:
         if not any(m in path.name for m in matches):
             continue
         instance = Instance.load(path)
-        front = Front.load(SUITES_DIR.parent / "fronts" / args.suite
-                           / f"{path.stem}.front.json", instance)
+        front = Front.load(reference_front_path(path), instance)
         exact = np.array([point.objectives for point in front.points])
         scale = baseline_references(instance).scale
         plans = expert_plans(instance, ImitationSettings.experts)

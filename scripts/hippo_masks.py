@@ -14,7 +14,7 @@ import numpy as np
 
 from formulation.instance import Instance
 from formulation.result import evaluate
-from instances.suites import SUITES_DIR, suite_paths
+from instances.suites import reference_front_path, suite_paths
 from rl.env import PlanEnv, Task
 from rl.masks import PlanRules
 from solvers.front import Front
@@ -37,8 +37,7 @@ def main() -> None:
         domain_steps: list[float] = []
         for path in suite_paths(suite):
             instance = Instance.load(path)
-            front = Front.load(SUITES_DIR.parent / "fronts" / suite / f"{path.stem}.front.json",
-                               instance)
+            front = Front.load(reference_front_path(path), instance)
             points += len(front.points)
             built += reachable(instance, front)
             env = PlanEnv(tasks=lambda r, i=instance: Task(i, r.dirichlet(np.ones(3))))

@@ -188,13 +188,13 @@ def nsga2_front(instance: Instance, settings: Nsga2Settings = Nsga2Settings(),
 
 def committed_normalisation(instance_path: Path) -> dict | None:
     """The normalisation of the committed reference front of a suite instance, if any."""
-    from instances.suites import SUITES_DIR
+    from instances.suites import SUITES_DIR, reference_front_path
 
     try:
-        relative = instance_path.resolve().relative_to(SUITES_DIR.resolve())
+        instance_path.resolve().relative_to(SUITES_DIR.resolve())
     except ValueError:
         return None
-    front = SUITES_DIR.parent / "fronts" / relative.parent / f"{relative.stem}.front.json"
+    front = reference_front_path(instance_path.resolve())
     if not front.exists():
         return None
     return read_json(front, "front").get("normalisation")

@@ -17,6 +17,8 @@ from formulation.plan import Plan
 from formulation.presets import GPUS, MODELS
 from instances.generate import generate_instance
 from instances.sample import feasible_sample
+from instances.suites import SUITES_DIR, reference_front_path
+from solvers.front import Front
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +45,14 @@ def hand_instance() -> Instance:
 @pytest.fixture(scope="session")
 def cost(hand_instance: Instance) -> CostModel:
     return CostModel(hand_instance)
+
+
+@pytest.fixture(scope="session")
+def quick_front() -> tuple[Instance, Front]:
+    """A committed quick-suite instance and its exact reference front."""
+    path = SUITES_DIR / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
+    instance = Instance.load(path)
+    return instance, Front.load(reference_front_path(path), instance)
 
 
 @pytest.fixture(scope="session")

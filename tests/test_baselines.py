@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clitools import ROOT, assert_usage_error, run_module
+from clitools import assert_usage_error, run_module
 
 from formulation.diloco import DilocoPlan
 from formulation.families import evaluate_any
 from formulation.instance import Instance
 from formulation.plan import Plan
-from instances.suites import suite_paths
+from instances.suites import reference_front_path, suite_paths
 from solvers.baselines import METHODS, baseline_front
 from solvers.baselines.common import Slot, min_max_layers, stage_time
 from solvers.baselines.dtfm import GaSettings, open_loop_order
@@ -36,8 +36,7 @@ QUICK = suite_paths("quick")
 @pytest.fixture(scope="module", params=QUICK, ids=lambda p: p.stem)
 def quick(request) -> tuple[Instance, Front, dict[str, Front]]:
     instance = Instance.load(request.param)
-    reference = Front.load(ROOT / "instances" / "fronts" / "quick" /
-                           f"{request.param.stem}.front.json", instance)
+    reference = Front.load(reference_front_path(request.param), instance)
     return instance, reference, {m: baseline_front(instance, m) for m in METHODS}
 
 

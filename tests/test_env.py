@@ -14,7 +14,7 @@ from formulation.instance import Instance
 from formulation.result import evaluate
 from formulation.reward import reward
 from instances.generate import generate_instance
-from instances.suites import SUITES_DIR, suite_paths
+from instances.suites import SUITES_DIR, reference_front_path, suite_paths
 from instances.tiny import tiny_instance
 from rl.env import ACTIONS, DOMAIN, INVALID_LIMIT, PAIR, PlanEnv, Task
 from rl.masks import PlanRules, even_split, even_split_capacity
@@ -81,8 +81,7 @@ def test_every_exact_front_plan_is_reachable():
     for path in suite_paths("quick"):
         instance = Instance.load(path)
         rules = PlanRules(instance)
-        front = Front.load(SUITES_DIR.parent / "fronts" / "quick" / f"{path.stem}.front.json",
-                           instance)
+        front = Front.load(reference_front_path(path), instance)
         for point in front.points:
             state = rules.build(point.plan)
             assert state is not None, (path.stem, point.plan)
@@ -169,8 +168,7 @@ def test_even_split_and_its_capacity_match_enumeration(instance: Instance):
 
 def test_build_rejects_an_infeasible_plan(instance: Instance):
     rules = PlanRules(instance)
-    front = Front.load(SUITES_DIR.parent / "fronts" / "quick"
-                       / "cn-hubs-k6-llama2-7b-s130.front.json", instance)
+    front = Front.load(reference_front_path(QUICK), instance)
     largest = max(front.points, key=lambda p: p.objectives[1]).plan
     poorest = int(np.argmin([d.free_gpus for d in instance.domains]))
     crowded = dataclasses.replace(largest, stages=tuple(

@@ -11,7 +11,7 @@ import torch
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.reward import reward
-from instances.suites import PREFERENCES, SUITES_DIR, suite_paths
+from instances.suites import PREFERENCES, SUITES_DIR, reference_front_path, suite_paths
 from rl.env import PlanEnv, pair_code, plan_actions
 from rl.imitation import (
     ImitationSettings,
@@ -41,8 +41,7 @@ def test_demonstration_actions_rebuild_every_exact_front_plan():
     env = PlanEnv()
     for path in suite_paths("quick"):
         instance = Instance.load(path)
-        front = Front.load(SUITES_DIR.parent / "fronts" / "quick" / f"{path.stem}.front.json",
-                           instance)
+        front = Front.load(reference_front_path(path), instance)
         for point in front.points:
             observations, actions = replay(env, instance, point.plan)  # raises on a mismatch
             assert actions[0] == pair_code(point.plan.dp, point.plan.micro_batch)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import moocore
 import numpy as np
 import pytest
-from clitools import ROOT
 from pymoo.indicators.hv import HV
 from pymoo.indicators.igd_plus import IGDPlus
 
@@ -22,11 +21,9 @@ from evaluation.metrics import (
     preference_gap,
     step_time_gaps,
 )
-from formulation.instance import Instance
 from formulation.reward import RewardScale, scalarised_cost
-from solvers.front import Front, nondominated_mask, reference_box, scale_to_box
+from solvers.front import nondominated_mask, reference_box, scale_to_box
 
-QUICK = "cn-hubs-k6-llama2-7b-s130"
 SEEDS = range(6)
 EMPTY = np.zeros((0, 3))
 
@@ -67,6 +64,15 @@ def random_method(reference: ReferenceSet, seed: int) -> np.ndarray:
     ideal, nadir = ref.min(axis=0), ref.max(axis=0)
     spread = rng.uniform(ideal * 0.9, nadir * 1.2, size=(5, 3))
     return np.vstack([worse, spread])
+
+
+def random_scaled(seed: int) -> tuple[ReferenceSet, np.ndarray, np.ndarray, np.ndarray]:
+    """A random reference, a random method front, and both scaled to the reference's box
+    (method ``a``, reference ``z``)."""
+    reference = random_reference(seed)
+    method = random_method(reference, seed)
+    return (reference, method, scale_to_box(method, reference.normalisation),
+            scale_to_box(reference.objectives, reference.normalisation))
 
 
 def brute_hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
@@ -178,10 +184,7 @@ def test_epsilon_multiplicative_matches_moocore(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_epsilon_additive_matches_moocore_and_the_formula(seed):
     """On scaled points: max over z of min over a of max over i of (a_i - z_i)."""
-    reference = random_reference(seed)
-    method = random_method(reference, seed)
-    a = scale_to_box(method, reference.normalisation)
-    z = scale_to_box(reference.objectives, reference.normalisation)
+    reference, method, a, z = random_scaled(seed)
     brute = (a[:, None, :] - z[None]).max(axis=2).min(axis=0).max()
     got = epsilon_additive(method, reference)
     assert got == pytest.approx(moocore.epsilon_additive(a, ref=z), rel=1e-12, abs=1e-12)
@@ -202,10 +205,7 @@ def test_epsilon_additive_and_igd_plus_hand_values():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_igd_plus_matches_pymoo_and_the_formula(seed):
     """Mean over z of min over a of the norm of max(a - z, 0), on scaled points."""
-    reference = random_reference(seed)
-    method = random_method(reference, seed)
-    a = scale_to_box(method, reference.normalisation)
-    z = scale_to_box(reference.objectives, reference.normalisation)
+    reference, method, a, z = random_scaled(seed)
     brute = np.sqrt((np.maximum(a[:, None, :] - z[None], 0.0) ** 2).sum(axis=2)).min(
         axis=0).mean()
     got = igd_plus(method, reference)
@@ -247,10 +247,7 @@ def test_hypervolume_ratio_of_the_reference_and_its_subsets(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_hypervolume_ratio_matches_pymoo_and_a_grid_count(seed):
-    reference = random_reference(seed)
-    method = random_method(reference, seed)
-    a = scale_to_box(method, reference.normalisation)
-    z = scale_to_box(reference.objectives, reference.normalisation)
+    reference, method, a, z = random_scaled(seed)
     r = scale_to_box(np.array(reference.normalisation["hv_reference"]),
                      reference.normalisation)[0]
     assert np.allclose(r, 1.1)  # nadir + 10 % of the range, scaled
@@ -350,14 +347,6 @@ def test_step_time_gaps_hand_values():
 
 
 # -- MFU space ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def quick_front() -> tuple[Instance, Front]:
-    instance = Instance.load(ROOT / "instances" / "suites" / "quick" / f"{QUICK}.json")
-    front = Front.load(ROOT / "instances" / "fronts" / "quick" / f"{QUICK}.front.json",
-                       instance)
-    return instance, front
 
 
 def test_reference_set_of_a_front_uses_its_committed_normalisation(quick_front):

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clitools import ROOT, assert_usage_error, run_module
+from clitools import assert_usage_error, run_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from formulation.evaluator import evaluate_batch, evaluate_plans
 from formulation.instance import Instance
 from instances.sample import feasible_sample
-from instances.suites import suite_paths
+from instances.suites import reference_front_path, suite_paths
 from solvers.encoding import PlanEncoding, split_by_shares
 from solvers.front import Front, dominated_by, normalised_hypervolume
 from solvers.nsga2 import Nsga2Settings, nsga2_front
@@ -75,8 +75,7 @@ def test_same_seed_same_front(instance):
 @pytest.mark.parametrize("path", QUICK, ids=lambda p: p.stem)
 def test_front_is_feasible_logged_and_never_beats_the_exact_front(path):
     instance = Instance.load(path)
-    reference = Front.load(ROOT / "instances" / "fronts" / "quick" / f"{path.stem}.front.json",
-                           instance)
+    reference = Front.load(reference_front_path(path), instance)
     front = nsga2_front(instance, SMALL, reference.normalisation)
     assert front.status == "heuristic" and front.points
     result = evaluate_plans(instance, [p.plan for p in front.points])

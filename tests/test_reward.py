@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from clitools import ROOT
 
 from formulation.evaluator import evaluate_plans
 from formulation.families import score
-from formulation.instance import Instance
 from formulation.reward import (
     RewardScale,
     check_weights,
@@ -20,25 +18,14 @@ from formulation.reward import (
     scalarised_cost,
 )
 from solvers.baselines import baseline_front, baseline_references
-from solvers.front import Front
-
-QUICK = "cn-hubs-k6-llama2-7b-s130"
 
 # MFU = W / (N peak T) = 50 / (N T) with these constants.
 SCALE = RewardScale(t_base=100.0, c_base=2.0, model_flops=50.0, peak_flops=1.0)
 
 
 @pytest.fixture(scope="module")
-def quick() -> tuple[Instance, Front]:
-    instance = Instance.load(ROOT / "instances" / "suites" / "quick" / f"{QUICK}.json")
-    front = Front.load(ROOT / "instances" / "fronts" / "quick" / f"{QUICK}.front.json",
-                       instance)
-    return instance, front
-
-
-@pytest.fixture(scope="module")
-def references(quick):
-    return baseline_references(quick[0])
+def references(quick_front):
+    return baseline_references(quick_front[0])
 
 
 def plausible_points(seed: int, n: int = 40) -> np.ndarray:
@@ -54,10 +41,10 @@ def plausible_points(seed: int, n: int = 40) -> np.ndarray:
 # -- MFU ------------------------------------------------------------------------------------
 
 
-def test_mfu_from_objectives_equals_the_evaluators(quick, references):
+def test_mfu_from_objectives_equals_the_evaluators(quick_front, references):
     """For the committed front's plans, W / (N peak T) from the objectives alone is the
     evaluator's MFU."""
-    instance, front = quick
+    instance, front = quick_front
     plans = [p.plan for p in front.points]
     result = evaluate_plans(instance, plans)
     assert result.feasible.all()
@@ -70,8 +57,8 @@ def test_mfu_from_objectives_equals_the_evaluators(quick, references):
         result.mfu, rel=1e-9)
 
 
-def test_reward_scale_of_takes_the_instances_constants(quick):
-    instance, _ = quick
+def test_reward_scale_of_takes_the_instances_constants(quick_front):
+    instance, _ = quick_front
     scale = RewardScale.of(instance, 2.0, 3.0)
     assert (scale.t_base, scale.c_base) == (2.0, 3.0)
     assert scale.peak_flops == instance.gpu.peak_tflops * 1e12
@@ -124,8 +111,8 @@ def test_scalarised_cost_is_w1_plus_w2_minus_reward_and_not_negative(seed):
         assert np.all(j >= 0)
 
 
-def test_scalarised_cost_is_not_negative_on_real_plans(quick, references):
-    _, front = quick
+def test_scalarised_cost_is_not_negative_on_real_plans(quick_front, references):
+    _, front = quick_front
     for w in ((1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)):
         assert np.all(scalarised_cost(front.objectives, w, references.scale) >= 0)
 
@@ -187,16 +174,16 @@ def test_check_weights_accepts_one_positive_weight():
 @pytest.mark.parametrize("t_base, c_base", [
     (0.0, 1.0), (-1.0, 1.0), (1.0, 0.0), (1.0, -0.5), (np.nan, 1.0), (1.0, np.nan),
 ])
-def test_reward_scale_of_rejects_non_positive_bases(quick, t_base, c_base):
+def test_reward_scale_of_rejects_non_positive_bases(quick_front, t_base, c_base):
     with pytest.raises(ValueError, match="t_base and c_base"):
-        RewardScale.of(quick[0], t_base, c_base)
+        RewardScale.of(quick_front[0], t_base, c_base)
 
 
 # -- baseline references --------------------------------------------------------------------
 
 
-def test_t_base_is_the_fastest_feasible_single_domain_plan(quick, references):
-    instance, _ = quick
+def test_t_base_is_the_fastest_feasible_single_domain_plan(quick_front, references):
+    instance, _ = quick_front
     front = baseline_front(instance, "single-domain")
     assert front.points
     objectives, feasible = score(instance, [p.plan for p in front.points])
@@ -206,8 +193,8 @@ def test_t_base_is_the_fastest_feasible_single_domain_plan(quick, references):
     assert references.single_domain_objectives[0] == references.scale.t_base
 
 
-def test_single_domain_reference_uses_one_domain_and_no_wan(quick, references):
-    instance, _ = quick
+def test_single_domain_reference_uses_one_domain_and_no_wan(quick_front, references):
+    instance, _ = quick_front
     assert len(references.single_domain.domains_used()) == 1
     assert references.single_domain_objectives[2] == 0.0
     objectives, feasible = score(instance, [references.single_domain])
@@ -215,8 +202,8 @@ def test_single_domain_reference_uses_one_domain_and_no_wan(quick, references):
     assert tuple(objectives[0]) == pytest.approx(references.single_domain_objectives)
 
 
-def test_c_base_is_the_oblivious_plans_cost(quick, references):
-    instance, _ = quick
+def test_c_base_is_the_oblivious_plans_cost(quick_front, references):
+    instance, _ = quick_front
     objectives, _ = score(instance, [references.oblivious])
     assert references.scale.c_base > 0
     assert references.scale.c_base == pytest.approx(objectives[0, 2], rel=1e-12)

@@ -17,7 +17,7 @@ from evaluation.robustness import (
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
-from instances.suites import SUITES_DIR
+from instances.suites import SUITES_DIR, reference_front_path
 from solvers.baselines import baseline_front
 from solvers.front import Front
 
@@ -32,7 +32,7 @@ def instance() -> Instance:
 
 @pytest.fixture(scope="module")
 def front(instance: Instance) -> Front:
-    return Front.load(SUITES_DIR.parent / "fronts" / "quick" / f"{NAME}.front.json", instance)
+    return Front.load(reference_front_path(SUITES_DIR / "quick" / f"{NAME}.json"), instance)
 
 
 def _cross_domain(front: Front) -> Plan:
