@@ -1,14 +1,21 @@
-"""Exact-solver speed: model size, build and solve times for K = 5..20, and front costs.
+"""Exact-solver speed: model size and solve times per K, with and without each strengthening.
 
-    python scripts/bench_exact.py [--time-limit 60] [--engines highs,cpsat]
-    python scripts/bench_exact.py --fronts instances/fronts/quick
+    python scripts/bench_exact.py [--suite bench] [--k 10 ...] [--time-limit 60]
+                                  [--engines highs,cpsat] [--pair largest|smallest]
+    python scripts/bench_exact.py --fronts instances/fronts/bench
+    python scripts/bench_exact.py --scaleout INSTANCE.json [--units 4] [--time-limit S]
 
-The first form takes the first bench instance of each K, builds the MILP of its largest
-(or, with ``--pair smallest``, its smallest) (dp, micro-batch) pair and times one
-min-step-time solve per engine (status, gap). The
-second prints, for committed fronts, points, status, solves and time per front and per point.
-Targets (issue 3): quick fronts <= 60 s; K = 10 bench fronts exact <= 15 min; K = 20 best
-known within 1 h with gaps reported.
+The first form takes the first instance of each K in the suite, the tables of its largest
+(or smallest) (dp, micro-batch) pair, and times one min-step-time solve per engine in four
+variants: ``plain`` (the model alone), ``floors`` (the capacity-DP period and step-time
+floors of :mod:`solvers.bounds` as cuts), ``start`` (a warm start from the best baseline
+plan of the pair, the way the sweep seeds it) and ``both``. It prints the model's size
+(HiGHS columns and rows, CP-SAT variables and constraints), the status, the time, the step
+time found and the gap. The second form prints, for committed fronts, points, status,
+solves, wall time and the largest per-point gap. The third computes one front cut into
+``--units`` GPU intervals three ways, in this process and on a Dask ``LocalCluster`` of 1 and
+of 2 single-threaded worker processes, and prints each wall time, the speed-up of 2 workers
+over 1, and whether the fronts agree.
 """
 
 import argparse
@@ -18,73 +25,134 @@ from pathlib import Path
 
 import pyomo.environ as pyo
 
+from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
-from instances.suites import suite_paths
-from solvers.exact import make_engine
+from instances.suites import SUITES, suite_paths
+from solvers.bounds import PairBounds
+from solvers.engine import SolveRequest, make_engine
+from solvers.exact import seed_plans
 from solvers.tables import all_pair_tables
 
+VARIANTS = ("plain", "floors", "start", "both")
 
-def solve_table(time_limit: float, engines: list[str], pair: str, ks: set[int] | None) -> None:
+
+def model_size(engine) -> str:
+    if engine.name == "highs":
+        model = engine.model
+        rows = sum(1 for _ in model.component_data_objects(pyo.Constraint, active=True))
+        return f"{model.nvariables():>6} {rows:>6}"
+    proto = engine.scale_for(SolveRequest()).model.proto
+    return f"{len(proto.variables):>6} {len(proto.constraints):>6}"
+
+
+def solve_table(suite: str, time_limit: float, engines: list[str], pair: str,
+                ks: set[int] | None) -> None:
     seen = set()
-    print(f"{'K':>3} {'instance':32} {'pair':>7} {'vars':>6} {'cons':>6} {'build':>6} "
-          f"{'engine':>7} {'status':>10} {'solve s':>8} {'step s':>9} {'gap':>8}")
-    for path in suite_paths("bench"):
+    print(f"{'K':>3} {'instance':34} {'pair':>5} {'engine':>6} {'vars':>6} {'cons':>6} "
+          f"{'variant':>7} {'status':>10} {'solve s':>8} {'step s':>10} {'gap':>9}")
+    for path in suite_paths(suite):
         instance = Instance.load(path)
         if instance.num_domains in seen or (ks and instance.num_domains not in ks):
             continue
         seen.add(instance.num_domains)
         pairs = sorted(all_pair_tables(instance), key=lambda t: (t.dp, t.micro_batch))
         tables = pairs[-1] if pair == "largest" else pairs[0]
+        bounds = PairBounds(tables)
+        own = [p for p in seed_plans(instance, "baselines")
+               if (p.dp, p.micro_batch) == (tables.dp, tables.micro_batch)]
+        start_plan = None
+        if own:
+            result = evaluate_plans(instance, own)
+            feasible = [(t, p) for t, ok, p in zip(result.step_time_s, result.feasible, own,
+                                                     strict=True) if ok]
+            start_plan = min(feasible, key=lambda x: x[0])[1] if feasible else None
         for name in engines:
-            start = time.perf_counter()
-            engine = make_engine(name, tables, 1)
-            build = time.perf_counter() - start
-            size = ""
-            if name == "highs":
-                size = (f"{engine.model.nvariables():>6} "
-                        f"{sum(1 for _ in engine.model.component_data_objects(pyo.Constraint)):>6}")
-            else:
-                size = f"{'':>6} {'':>6}"
-            result = engine.solve(time_limit=time_limit)
-            step = f"{result.values.step_time_s:9.2f}" if result.values else f"{'-':>9}"
-            gap = f"{result.gap:8.2%}" if result.gap is not None else f"{'-':>8}"
-            print(f"{instance.num_domains:>3} {instance.name:32} "
-                  f"{tables.dp:>3}/{tables.micro_batch:<3} {size} {build:6.2f} {name:>7} "
-                  f"{result.status:>10} {result.wall_time_s:8.1f} {step} {gap}", flush=True)
+            engine = make_engine(name, tables, 2)
+            size = model_size(engine)
+            for variant in VARIANTS:
+                floors = variant in ("floors", "both")
+                request = SolveRequest(
+                    time_limit=time_limit,
+                    hint=start_plan if variant in ("start", "both") else None,
+                    period_floor=bounds.period_floor() if floors else None,
+                    step_floor=bounds.step_floor() if floors else None)
+                began = time.perf_counter()
+                result = engine.solve(request)
+                wall = time.perf_counter() - began
+                step = f"{result.values.step_time_s:10.3f}" if result.values else f"{'-':>10}"
+                gap = f"{result.gap:9.2e}" if result.gap is not None else f"{'-':>9}"
+                print(f"{instance.num_domains:>3} {instance.name:34} "
+                      f"{tables.dp:>2}/{tables.micro_batch:<2} {name:>6} {size} {variant:>7} "
+                      f"{result.status.value:>10} {wall:8.2f} {step} {gap}", flush=True)
 
 
 def front_table(directory: Path) -> None:
     """One row per committed front, ordered by K: size, status, solves, wall time, worst gap."""
-    instances = {path.stem: path for suite in ("quick", "bench") for path in suite_paths(suite)}
+    instances = {path.stem: path for suite in SUITES for path in suite_paths(suite)}
     rows = []
     for path in directory.glob("*.front.json"):
         front = json.loads(path.read_text())
         instance = Instance.load(instances[front["instance"]])
         rows.append((instance.num_domains, front["instance"], front))
-    print(f"{'K':>3} {'front':34} {'points':>6} {'status':>10} {'solves':>6} {'limited':>7} "
-          f"{'wall s':>8} {'s/point':>8} {'max gap':>8}")
+    print(f"{'K':>3} {'front':34} {'points':>6} {'status':>10} {'solves':>6} {'unproven':>8} "
+          f"{'wall s':>8} {'s/point':>8} {'max gap':>9}")
     for k, name, front in sorted(rows, key=lambda row: (row[0], row[1])):
         provenance, points = front["provenance"], len(front["points"])
-        gaps = [p["mip_gap"] for p in front["points"] if p.get("mip_gap") is not None]
-        gap = f"{max(gaps):8.2%}" if gaps else f"{'-':>8}"
-        print(f"{k:>3} {name:34} {points:>6} {front['status']:>10} {provenance['solves']:>6} "
-              f"{provenance['limited_solves']:>7} {provenance['wall_time_s']:8.1f} "
-              f"{provenance['wall_time_s'] / max(1, points):8.1f} {gap}")
+        gap = provenance.get("largest_gap")
+        gap = f"{gap:9.2e}" if gap is not None else f"{'-':>9}"
+        print(f"{k:>3} {name:34} {points:>6} {front['status']:>10} "
+              f"{provenance['sweep']['solves']:>6} {provenance['unproven_steps']:>8} "
+              f"{provenance['wall_time_s']:8.1f} {provenance['wall_time_s'] / max(1, points):8.1f}"
+              f" {gap}")
+
+
+def scaleout_table(path: Path, units: int, time_limit: float | None) -> None:
+    from distributed import LocalCluster
+
+    from solvers.exact import ExactSettings, exact_front
+    from solvers.front import fronts_agree
+
+    instance = Instance.load(path)
+    settings = ExactSettings(units=units, threads=1, time_limit=time_limit)
+    fronts, times = {}, {}
+    for label, workers in (("in-process", 0), ("dask 1 worker", 1), ("dask 2 workers", 2)):
+        began = time.perf_counter()
+        if workers == 0:
+            fronts[label] = exact_front(instance, settings=settings)
+        else:
+            with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                              dashboard_address=None) as cluster:
+                fronts[label] = exact_front(instance, settings=settings,
+                                            scheduler=cluster.scheduler_address)
+        times[label] = time.perf_counter() - began
+        front = fronts[label]
+        print(f"{label:16} {times[label]:8.1f} s  {len(front.points):4} points  {front.status}",
+              flush=True)
+    base = fronts["in-process"]
+    print(f"speed-up of 2 Dask workers over 1: "
+          f"{times['dask 1 worker'] / times['dask 2 workers']:.2f}x; fronts agree: "
+          f"{all(fronts_agree(f, base) for f in fronts.values())}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--suite", default="bench")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds per solve (default 60), or for the whole --scaleout front")
     parser.add_argument("--engines", default="highs,cpsat")
     parser.add_argument("--fronts", type=Path, help="print the cost of committed fronts")
     parser.add_argument("--pair", choices=["largest", "smallest"], default="largest",
                         help="which (dp, micro-batch) pair to time (smallest: dp 1, b 1)")
     parser.add_argument("--k", type=int, action="append", help="only these K (repeatable)")
+    parser.add_argument("--scaleout", type=Path, help="time one front on 1 and 2 Dask workers")
+    parser.add_argument("--units", type=int, default=4, help="with --scaleout: GPU intervals")
     args = parser.parse_args()
-    if args.fronts:
+    if args.scaleout:
+        scaleout_table(args.scaleout, args.units, args.time_limit)
+    elif args.fronts:
         front_table(args.fronts)
     else:
-        solve_table(args.time_limit, args.engines.split(","), args.pair,
+        solve_table(args.suite, args.time_limit or 60.0, args.engines.split(","), args.pair,
                     set(args.k) if args.k else None)
 
 

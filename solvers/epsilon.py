@@ -2,209 +2,283 @@
 
 For a GPU cap ``n`` the inner sweep walks the (T, C) front of the plans with ``N <= n``:
 minimise T under ``C <= c``, record the plan, set ``c`` just below its cost, repeat until
-infeasible. A 3-D non-dominated point z with ``N_z <= n`` is (T, C)-non-dominated among those
-plans, so the sweep returns a plan with z's (T, C) and some ``N' >= N_z`` (ties in T resolve
-on later iterations: a cheaper plan of equal T is found once ``c`` drops below the dearer
-one). Hence no front point has N between the largest N found and ``n``, the next cap is that
-largest N minus one, and a point found with too many GPUs is found again with its own N at a
-later, lower cap. The outer loop stops when a sweep finds nothing; the candidates are then
-filtered for 3-D non-dominance. No lexicographic re-solves are needed.
+no plan is left. A 3-D non-dominated point z with ``N_z <= n`` is (T, C)-non-dominated among
+those plans, so the sweep returns a plan with z's (T, C) and some ``N' >= N_z`` (ties in T
+resolve on later iterations: a cheaper plan of equal T is found once ``c`` drops below the
+dearer one). Hence no front point has N between the largest N found and ``n``, the next cap
+is that largest N minus one, and a point found with too many GPUs is found again with its
+own N at a later, lower cap. The outer loop stops when a sweep finds nothing; the candidates
+are then filtered for 3-D non-dominance. No lexicographic re-solves are needed.
 
-Each (dp, micro-batch) pair has its own model; a solve "over the instance" is the best over
-pairs, organised by :class:`PairPool` to skip pairs that cannot win.
+The outer loop is cut into independent pieces by GPU interval: a :class:`Sweep` over
+``(low, high]`` starts at cap ``high`` and stops once the next cap is at most ``low``; the
+union of the candidates of intervals that cover ``(0, inf)`` holds the whole front. A sweep's
+position (:class:`SweepState`) is plain data, so a sweep cut short by its deadline resumes
+where it stopped (``solvers.exact --resume``).
+
+Each (dp, micro-batch) pair has its own model; one step's least step time "over the
+instance" is the best over pairs, organised by :class:`PairPool` to skip pairs that cannot
+win. Every claim that prunes a pair or closes a step passes :mod:`solvers.certify` first,
+and only certified outcomes are remembered. A step is *proven* when every pair is either
+certified optimal or certified unable to beat the best plan; each candidate carries that flag
+and the step's lower bound, so a front that is not exact still states every point's gap.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from formulation.result import evaluate
-from solvers.engine import NO_CAP, Solve
-from solvers.tables import PairTables
+from formulation.plan import Plan
+from solvers.certify import TOLERANCE, Certifier, Proof
+from solvers.engine import NO_CAP, ModelValues, SolveRequest, SolveStatus
 
 # Relative slack for ties in step time, and the step below a found cost for the next sweep;
 # far below the evaluator agreement tolerance (1e-6), above the engines' tolerances (1e-9).
 FIX_SLACK = 1e-9
 COST_STEP = 1e-7
-VALUE_TOLERANCE = 1e-6
 
 
 class OutOfTime(Exception):
-    """The front's time budget is spent; what was found so far is best known."""
-
-
-class ModelMismatch(RuntimeError):
-    """A model's objective values disagree with the evaluator's for the plan it returned."""
+    """The deadline has passed; the sweep's state says where to resume."""
 
 
 @dataclass
 class SweepStats:
-    solves: int = 0
-    reused: int = 0
+    solves: int = 0  # engine solves (certified ones; a confirmation counts with its claim)
+    reused: int = 0  # pair outcomes known from earlier steps
+    floored: int = 0  # pairs ruled out by their step-time floor, no solve needed
     solve_time_s: float = 0.0
-    limited: int = 0  # solves that stopped at a limit (the front is then best known)
-    complete: bool = True  # False if the front's time budget ran out
+    unproven: int = 0  # steps whose least step time is not proven (limits, failed claims)
+    proofs: dict[str, int] = field(default_factory=dict)  # Proof -> count
+
+    def merge(self, other: SweepStats) -> None:
+        for name in ("solves", "reused", "floored", "solve_time_s", "unproven"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for key, value in other.proofs.items():
+            self.proofs[key] = self.proofs.get(key, 0) + value
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "solve_time_s": round(self.solve_time_s, 3)}
 
 
 @dataclass(frozen=True)
 class Candidate:
-    solve: Solve
-    tables: PairTables
+    """A plan one step found, the step's caps, and what is proven about the step: the plan
+    has the least step time under the caps (``proven``), or at least none is below
+    ``bound``."""
+
+    plan: Plan
+    values: ModelValues
+    gpu_cap: float
+    cost_cap: float
+    proven: bool
+    bound: float
+
+    @property
+    def gap(self) -> float:
+        return max(0.0, self.values.step_time_s - self.bound) / self.values.step_time_s
+
+    def to_dict(self, instance=None) -> dict:
+        return {"plan": self.plan.to_dict(instance), "values": dataclasses.asdict(self.values),
+                "gpu_cap": self.gpu_cap, "cost_cap": self.cost_cap, "proven": self.proven,
+                "bound": self.bound}
+
+    @staticmethod
+    def from_dict(document: dict, instance) -> Candidate:
+        return Candidate(Plan.from_dict(document["plan"], instance),
+                         ModelValues(**document["values"]), float(document["gpu_cap"]),
+                         float(document["cost_cap"]), bool(document["proven"]),
+                         float(document["bound"]))
 
 
 @dataclass(frozen=True)
 class Memo:
-    """One min-step solve of a pair: its caps and outcome. ``result.values is None`` means
-    no plan with step time <= ``step_cap`` exists under the caps."""
+    """One certified min-step outcome of a pair: its caps, the step cap it was solved under,
+    and its plan (None: no plan with step time <= ``step_cap`` exists under the caps)."""
 
     gpu_cap: float
     cost_cap: float
     step_cap: float
-    result: Solve
+    plan: Plan | None
+    values: ModelValues | None
 
     def covers(self, gpu_cap: float, cost_cap: float) -> bool:
         """The query's caps are at least as tight, so what held here still holds there."""
-        return (self.gpu_cap >= gpu_cap and self.cost_cap >= cost_cap
-                and self.result.status != "time_limit")
+        return self.gpu_cap >= gpu_cap and self.cost_cap >= cost_cap
 
 
 class PairPool:
-    """All pairs' engines and what is known about each pair's min-step problem.
+    """All pairs' certifiers and what is certified about each pair's min-step problem.
 
     A solution that is optimal under caps (n1, c1) stays optimal under tighter caps it still
     satisfies, and its step time bounds the tighter problem from below; "nothing below s"
     also carries over to tighter caps. ``min_step`` visits pairs in order of these lower
-    bounds, skips pairs that cannot beat (or tie) the best found, and solves the others with
-    a step-time cap at that best, which lets the solver prune.
+    bounds (and of each pair's combinatorial floor), skips pairs that cannot beat (or tie)
+    the best plan known, and solves the others with a step-time cap at that best, which lets
+    the engine prune.
     """
 
-    def __init__(self, engines: list, stats: SweepStats, deadline: float | None = None,
-                 solve_limit: float | None = None):
-        self.engines = engines
-        self.stats = stats
+    def __init__(self, certifiers: list[Certifier], deadline: float | None = None,
+                 solve_limit: float | None = None, tolerance: float = TOLERANCE):
+        self.certifiers = certifiers
         self.deadline = deadline
         self.solve_limit = solve_limit
-        self.memo: dict[int, list[Memo]] = {i: [] for i in range(len(engines))}
-        self.candidates: list[Candidate] = []
+        self.tolerance = tolerance
+        self.memo: dict[int, list[Memo]] = {i: [] for i in range(len(certifiers))}
+        self.stats = SweepStats()
 
-    def _solve(self, i: int, **caps) -> Solve:
+    def _limit(self) -> float | None:
         limits = [] if self.solve_limit is None else [self.solve_limit]
         if self.deadline is not None:
             remaining = self.deadline - time.perf_counter()
             if remaining <= 0:
                 raise OutOfTime
             limits.append(remaining)
-        if limits:
-            caps["time_limit"] = min(limits)
-        result = self.engines[i].solve(**caps)
-        self.stats.solves += 1
-        self.stats.solve_time_s += result.wall_time_s
-        if result.status == "time_limit":
-            self.stats.limited += 1
-        if result.plan is not None:
-            check_values(self.engines[i].tables, result)
-        return result
+        return min(limits) if limits else None
 
-    def _known(self, i: int, gpu_cap: float, cost_cap: float) -> tuple[float, Solve | None]:
-        """(lower bound on the pair's least step time, its optimum if already known)."""
-        bound = 0.0
+    def _known(self, i: int, gpu_cap: float, cost_cap: float
+               ) -> tuple[float, tuple[Plan, ModelValues] | None]:
+        """(lower bound on the pair's least step time, its optimum if already certified)."""
+        bound = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap)
         for memo in self.memo[i]:
             if not memo.covers(gpu_cap, cost_cap):
                 continue
-            values = memo.result.values
+            values = memo.values
             if values is None:
                 bound = max(bound, memo.step_cap)
             elif values.gpus <= gpu_cap and values.comm_cost <= cost_cap:
-                return values.step_time_s, memo.result
+                return values.step_time_s, (memo.plan, values)
             else:
                 bound = max(bound, values.step_time_s)
         return bound, None
 
+    def lower_bound(self, gpu_cap: float, cost_cap: float) -> float:
+        """A certified lower bound on the least step time of any plan under the caps."""
+        return min(self._known(i, gpu_cap, cost_cap)[0] for i in range(len(self.certifiers)))
+
+    def _incumbent(self, gpu_cap: float, cost_cap: float) -> tuple[int, Plan, float] | None:
+        """The best known plan of any pair meeting the caps: (pair, plan, step time)."""
+        request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap)
+        best = None
+        for i, certifier in enumerate(self.certifiers):
+            known = certifier.known.best(request)
+            if known is not None and (best is None or known[1] < best[2]):
+                best = (i, known[0], known[1])
+        return best
+
     def min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
-        """The pair and solution of least step time under the caps (None if infeasible)."""
-        known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.engines))}
-        best: Candidate | None = None
+        """The plan of least step time under the caps (None if no plan is found), with the
+        step's proof and bound."""
+        known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.certifiers))}
+        incumbent = self._incumbent(gpu_cap, cost_cap)
+        best_time = math.inf if incumbent is None else incumbent[2]
+        best: tuple[Plan, ModelValues] | None = None
+        if incumbent is not None:
+            i = incumbent[0]
+            best = (incumbent[1], ModelValues(*self.certifiers[i].known.values_of(incumbent[1])))
+        floors: list[float] = []  # per pair: a certified lower bound on its least step time
         for i in sorted(known, key=lambda j: known[j][0]):
             bound, optimum = known[i]
-            cutoff = NO_CAP if best is None else best.solve.values.step_time_s * (1 + FIX_SLACK)
+            cutoff = NO_CAP if best is None else best_time * (1 + FIX_SLACK)
             if bound > cutoff:
-                self.stats.reused += 1
+                self.stats.floored += 1
+                floors.append(bound)
                 continue
             if optimum is not None:
                 self.stats.reused += 1
-                result = optimum
+                plan, values = optimum
+                floors.append(values.step_time_s)
             else:
-                try:
-                    result = self._solve(i, gpu_cap=gpu_cap, cost_cap=cost_cap,
-                                         step_cap=cutoff)
-                except OutOfTime:
-                    if best is not None:  # keep what this search found: it is feasible
-                        self.candidates.append(best)
-                    raise
-                self.memo[i].append(Memo(gpu_cap, cost_cap, cutoff, result))
-            if result.values is not None and (
-                    best is None or result.values.step_time_s < best.solve.values.step_time_s):
-                best = Candidate(result, self.engines[i].tables)
-        return best
+                request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap,
+                                       step_cap=None if best is None else cutoff,
+                                       time_limit=self._limit())
+                certified = self.certifiers[i].solve(request)
+                solve = certified.solve
+                self.stats.solves += 1
+                self.stats.solve_time_s += solve.wall_time_s
+                self.stats.proofs[certified.proof.value] = \
+                    self.stats.proofs.get(certified.proof.value, 0) + 1
+                plan, values = solve.plan, solve.values
+                if certified.proven:
+                    self.memo[i].append(Memo(gpu_cap, cost_cap, cutoff, plan, values))
+                    floors.append(cutoff if solve.status == SolveStatus.INFEASIBLE
+                                  else values.step_time_s)
+                else:  # the engine's own bound, unless it contradicts its incumbent
+                    believable = solve.bound is not None and (
+                        solve.objective is None
+                        or solve.bound <= solve.objective * (1 + self.tolerance))
+                    floors.append(max(bound, solve.bound) if believable else bound)
+                if certified.proof == Proof.NONE and solve.status == SolveStatus.LIMIT \
+                        and self.deadline is not None and time.perf_counter() >= self.deadline:
+                    raise OutOfTime
+            if values is not None and values.step_time_s < best_time:
+                best, best_time = (plan, values), values.step_time_s
+        if best is None:
+            if not all(math.isinf(f) or f >= NO_CAP for f in floors):
+                self.stats.unproven += 1
+            return None
+        bound = min(floors, default=math.inf)
+        proven = bound >= best_time * (1 - self.tolerance)
+        if not proven:
+            self.stats.unproven += 1
+        return Candidate(best[0], best[1], gpu_cap, cost_cap, proven, min(bound, best_time))
 
 
-def check_values(tables: PairTables, result: Solve) -> None:
-    """SPEC 7: the model's objective values equal the evaluator's for the returned plan."""
-    evaluation = evaluate(tables.instance, result.plan)
-    ours = (result.values.step_time_s, result.values.gpus, result.values.comm_cost)
-    theirs = evaluation.objectives
-    if not evaluation.feasible:
-        raise ModelMismatch(f"plan infeasible for the evaluator: {evaluation.violations}")
-    for name, a, b in zip(("step_time_s", "gpus", "comm_cost"), ours, theirs, strict=True):
-        if abs(a - b) > VALUE_TOLERANCE * max(abs(b), 1e-3):
-            raise ModelMismatch(f"{name}: model {a!r} vs evaluator {b!r} for {result.plan}")
+@dataclass
+class SweepState:
+    """Where a sweep over the GPU interval ``(low, high]`` stands: plain data (JSON)."""
+
+    low: float
+    high: float
+    gpu_cap: float
+    cost_cap: float = NO_CAP
+    level_gpus: int = 0  # most GPUs of the points found at this GPU cap so far (0: none)
+    done: bool = False
+    candidates: list[Candidate] = field(default_factory=list)
+
+    @staticmethod
+    def start(low: float = 0.0, high: float = NO_CAP) -> SweepState:
+        return SweepState(low=low, high=high, gpu_cap=high)
+
+    def to_dict(self, instance=None) -> dict:
+        return {"low": self.low, "high": self.high, "gpu_cap": self.gpu_cap,
+                "cost_cap": self.cost_cap, "level_gpus": self.level_gpus, "done": self.done,
+                "candidates": [c.to_dict(instance) for c in self.candidates]}
+
+    @staticmethod
+    def from_dict(document: dict, instance) -> SweepState:
+        return SweepState(float(document["low"]), float(document["high"]),
+                          float(document["gpu_cap"]), float(document["cost_cap"]),
+                          int(document["level_gpus"]), bool(document["done"]),
+                          [Candidate.from_dict(c, instance) for c in document["candidates"]])
 
 
-def epsilon_front(engines: list, progress: Callable[[str], None] | None = None,
-                  time_limit: float | None = None,
-                  solve_limit: float | None = None) -> tuple[list[Candidate], SweepStats]:
-    """Candidates of the front (to be filtered for non-dominance) and solve statistics.
-
-    With ``time_limit`` (seconds for the whole front) each solve gets the time that is left;
-    when it runs out, the candidates found so far are returned and ``stats.complete`` is
-    False. ``solve_limit`` caps each solve; a solve stopped there continues the sweep from its
-    incumbent (a best-known sweep). A front is exact only if it completed and no solve
-    stopped at a limit."""
-    stats = SweepStats()
+def sweep(pool: PairPool, state: SweepState,
+          progress: Callable[[str], None] | None = None) -> SweepState:
+    """Advance ``state`` until its interval is swept (``state.done``) or the pool's deadline
+    passes (:class:`OutOfTime` propagates; ``state`` then says where to resume)."""
     start = time.perf_counter()
-    pool = PairPool(engines, stats, None if time_limit is None else start + time_limit,
-                    solve_limit)
-    try:
-        _sweep(pool, stats, start, progress)
-    except OutOfTime:
-        stats.complete = False
-    return pool.candidates, stats
-
-
-def _sweep(pool: PairPool, stats: SweepStats, start: float,
-           progress: Callable[[str], None] | None) -> None:
-    gpu_cap = NO_CAP
-    while True:
-        cost_cap = NO_CAP
-        found: list[Candidate] = []
-        while True:
-            point = pool.min_step(gpu_cap, cost_cap)
-            if point is None:
-                break
-            found.append(point)
-            pool.candidates.append(point)
-            cost = point.solve.values.comm_cost
+    while not state.done:
+        point = pool.min_step(state.gpu_cap, state.cost_cap)
+        if point is not None:
+            state.candidates.append(point)
+            state.level_gpus = max(state.level_gpus, point.values.gpus)
             if progress:
-                v = point.solve.values
-                progress(f"N<={gpu_cap:g}: T={v.step_time_s:.4f} N={v.gpus} C={v.comm_cost:.4f}"
-                         f" ({stats.solves} solves, {time.perf_counter() - start:.1f}s)")
-            if cost <= 0:
-                break
-            cost_cap = cost - max(cost * COST_STEP, 1e-8)
-        if not found:
-            break
-        gpu_cap = max(c.solve.values.gpus for c in found) - 1
-        if gpu_cap < 1:
-            break
+                v = point.values
+                progress(f"N<={state.gpu_cap:g}: T={v.step_time_s:.4f} N={v.gpus} "
+                         f"C={v.comm_cost:.4f} {'proven' if point.proven else 'unproven'} "
+                         f"({pool.stats.solves} solves, {time.perf_counter() - start:.1f}s)")
+            cost = point.values.comm_cost
+            if cost > 0:
+                state.cost_cap = cost - max(cost * COST_STEP, 1e-8)
+                continue
+        # This GPU level is swept: the next cap is below the most GPUs it found.
+        if state.level_gpus == 0 or state.level_gpus - 1 <= state.low:
+            state.done = True
+        else:
+            state.gpu_cap, state.cost_cap, state.level_gpus = state.level_gpus - 1, NO_CAP, 0
+    return state

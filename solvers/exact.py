@@ -1,104 +1,325 @@
 """Exact Pareto fronts: ``python -m solvers.exact``.
 
-    python -m solvers.exact INSTANCE.json --out FRONT.json [--engine highs|cpsat]
-                            [--time-limit S] [--threads N] [--export mps|lp]
-    python -m solvers.exact --suite quick|bench --out DIR [--engine ...] [--time-limit S]
-                            [--solve-limit S] [--jobs N] [--match TEXT] [--skip-existing]
+    python -m solvers.exact INSTANCE.json --out FRONT.json [--engine NAME] [--threads N]
+        [--time-limit S] [--solve-limit S] [--seeds none|baselines|nsga2]
+        [--units U] [--workers W | --scheduler ADDRESS] [--resume] [--export mps|lp]
+    python -m solvers.exact --suite quick|bench|full --out DIR [...] [--jobs N] [--match TEXT]
+        [--skip-existing]
 
-A front is labelled ``exact`` only if the epsilon-constraint enumeration completed and no
-solve stopped at a limit; otherwise it is ``best_known``, with the per-point MIP gaps. Every
-returned plan was re-evaluated by the evaluator during the run (``solvers.epsilon``).
+The epsilon-constraint sweep (:mod:`solvers.epsilon`) runs on the registered engine
+(:data:`solvers.engine.ENGINES`); each claim an engine makes is certified
+(:mod:`solvers.certify`) before it prunes a pair or closes a step. The sweep starts from the
+plans of fast heuristics (``--seeds``: the baselines, or the baselines and NSGA-II), which
+warm-start the solves and refute false claims.
+
+Scale-out: ``--units U`` cuts the sweep into U GPU intervals, balanced on the seeds' GPU
+counts, that run independently in this process, in ``--workers`` local processes or on a
+Dask cluster (``--scheduler``); their union is the front. ``--time-limit`` bounds the whole
+run: what was found is written as a ``best_known`` front and the sweep's position beside it
+(``FRONT.json.state``); ``--resume`` continues from there, and reaches the front an
+uninterrupted run reaches.
+
+A front is labelled ``exact`` only if every interval was swept and every step proven;
+otherwise ``best_known``, each point carrying its certified bound and gap, and NSGA-II's and
+the baselines' plans that no solver point matched joined in as ``heuristic`` points.
 ``--export`` writes each (dp, micro-batch) model beside ``--out`` for use with other solvers.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
 import multiprocessing
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError, run_cli
-from solvers.engine import Solve
-from solvers.epsilon import check_values, epsilon_front
-from solvers.front import Front, command_line, reference_box, versions
+from formulation.plan import Plan
+from formulation.schema import CliParser, InputError, read_json, run_cli, write_json_atomic
+from solvers.bounds import PairBounds
+from solvers.certify import TOLERANCE, Certifier, KnownPlans
+from solvers.engine import ENGINES, NO_CAP, EngineStatistics, Solve, SolveRequest, make_engine
+from solvers.epsilon import OutOfTime, PairPool, SweepState, SweepStats, sweep
+from solvers.front import Front, command_line, dominated_by, reference_box, versions
+from solvers.parallel import map_tasks
 from solvers.tables import all_pair_tables
 
-ENGINES = ("highs", "cpsat", "portfolio")
+SEED_KINDS = ("none", "baselines", "nsga2")
+STATE_SCHEMA = "xdsched.exact-state/1"
 
 
-def make_engine(name: str, tables, threads: int):
-    if name == "highs":
-        from solvers.highs import HighsEngine
+@dataclass(frozen=True)
+class ExactSettings:
+    """How an exact front is computed (all of it lands in the front's provenance)."""
 
-        return HighsEngine(tables, threads=threads)
-    if name == "cpsat":
-        from solvers.cpsat import CpSatEngine
+    engine: str = "portfolio"
+    """A registered engine (:data:`solvers.engine.ENGINES`)."""
+    threads: int = 2
+    """Threads per engine (HiGHS threads, CP-SAT workers: at least 2)."""
+    time_limit: float | None = None
+    """Seconds for the whole run; past it the front is best known and resumable."""
+    solve_limit: float | None = None
+    """Seconds per solve; a solve stopped there leaves its step unproven (best known)."""
+    seeds: str = "baselines"
+    """Heuristic plans the sweep starts from: none, baselines, or baselines and NSGA-II."""
+    units: int = 1
+    """GPU intervals the sweep is cut into."""
 
-        return CpSatEngine(tables, workers=threads)
-    if name == "portfolio":
-        from solvers.portfolio import PortfolioEngine
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise InputError(f"--engine must be one of {sorted(ENGINES)}, got {self.engine!r}")
+        if self.seeds not in SEED_KINDS:
+            raise InputError(f"--seeds must be one of {list(SEED_KINDS)}, got {self.seeds!r}")
+        if self.units < 1 or self.threads < 1:
+            raise InputError("--units and --threads must be >= 1")
+        for name in ("time_limit", "solve_limit"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise InputError(f"--{name.replace('_', '-')} must be > 0, got {value}")
 
-        return PortfolioEngine(tables, threads=threads)
-    raise InputError(f"--engine must be one of {list(ENGINES)}, got {name!r}")
+
+# -- the pieces of a sweep ----------------------------------------------------------------
+def certifiers(instance: Instance, settings: ExactSettings) -> list[Certifier]:
+    """One certifier per valid (dp, micro-batch) pair: engine, confirmer, bounds, plans."""
+    out = []
+    for tables in all_pair_tables(instance):
+        out.append(Certifier(
+            make_engine(settings.engine, tables, settings.threads),
+            lambda name, tables=tables: make_engine(name, tables, settings.threads),
+            PairBounds(tables), KnownPlans()))
+    return out
 
 
+def add_known(pool: PairPool, instance: Instance, plans: list[Plan]) -> None:
+    """File the feasible ``plans`` under their pairs' known plans."""
+    if not plans:
+        return
+    result = evaluate_plans(instance, plans)
+    index = {(c.tables.dp, c.tables.micro_batch): c for c in pool.certifiers}
+    for plan, ok, row in zip(plans, result.feasible, result.objectives, strict=True):
+        certifier = index.get((plan.dp, plan.micro_batch))
+        if ok and certifier is not None:
+            certifier.known.add(plan, tuple(row))
+
+
+def seed_plans(instance: Instance, kind: str) -> list[Plan]:
+    """The plans of fast heuristics that a sweep starts from (``ExactSettings.seeds``)."""
+    if kind == "none":
+        return []
+    from solvers.baselines import baseline_front
+
+    plans: list[Plan] = []
+    for method in ("single-domain", "greedy", "sailor"):
+        plans += [p.plan for p in baseline_front(instance, method).points
+                  if isinstance(p.plan, Plan)]
+    if kind == "nsga2":
+        from solvers.nsga2 import nsga2_front
+
+        plans += [p.plan for p in nsga2_front(instance).points]
+    return list(dict.fromkeys(plans))
+
+
+def split_intervals(units: int, gpu_counts: list[int]) -> list[tuple[float, float]]:
+    """``units`` GPU intervals (low, high] covering (0, inf), cut at quantiles of the GPU
+    counts of the seeds' front so that each holds about as many front points."""
+    counts = sorted(set(gpu_counts))
+    if units <= 1 or len(counts) < 2:
+        return [(0.0, NO_CAP)]
+    cuts = sorted({counts[int(len(counts) * i / units)] for i in range(1, units)})
+    bounds = [0.0, *[float(c) for c in cuts], NO_CAP]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+# -- one unit: a GPU interval swept in one process ---------------------------------------------
+def run_unit(task: dict) -> dict:
+    """Sweep one interval (a JSON-able task, so that it travels to any worker) until it is
+    done or the run's deadline (epoch seconds) passes."""
+    start = time.perf_counter()
+    instance = Instance.from_dict(task["instance"])
+    settings = ExactSettings(**task["settings"])
+    deadline = task["deadline"]
+    pool = PairPool(certifiers(instance, settings),
+                    None if deadline is None else start + (deadline - time.time()),
+                    settings.solve_limit)
+    add_known(pool, instance, [Plan.from_dict(p, instance) for p in task["seeds"]])
+    state = SweepState.from_dict(task["state"], instance)
+    with contextlib.suppress(OutOfTime):
+        sweep(pool, state)
+    engines = EngineStatistics()
+    for certifier in pool.certifiers:
+        engines.merge(certifier.engine.statistics)
+        for confirmer in certifier.confirmers.values():
+            engines.merge(confirmer.statistics)
+    return {"state": state.to_dict(instance), "stats": pool.stats.to_dict(),
+            "engines": engines.to_dict(), "wall_time_s": time.perf_counter() - start}
+
+
+# -- a whole front ---------------------------------------------------------------------------
+def exact_front(instance: Instance, engine: str = "portfolio", time_limit: float | None = None,
+                threads: int = 2, progress: Callable[[str], None] | None = None,
+                command: str | None = None, solve_limit: float | None = None, *,
+                settings: ExactSettings | None = None, workers: int = 1,
+                scheduler: str | None = None, resume: dict | None = None) -> Front:
+    """The exact (or best known) front of ``instance``; ``resume`` is a state document a
+    time-limited run left (:func:`state_document`), which the front's provenance then
+    carries on as ``state`` if the run stops short again."""
+    settings = settings or ExactSettings(engine=engine, threads=threads, time_limit=time_limit,
+                                         solve_limit=solve_limit)
+    start = time.perf_counter()
+    document = instance.to_dict()
+    if resume is None:
+        seeds = seed_plans(instance, settings.seeds)
+        seed_front = Front.from_plans(instance, seeds, "heuristic")
+        intervals = split_intervals(settings.units, [int(p.objectives[1])
+                                                     for p in seed_front.points])
+        states = [SweepState.start(low, high) for low, high in intervals]
+        previous = {"wall_time_s": 0.0, "runs": 0, "stats": SweepStats(),
+                    "engines": EngineStatistics()}
+    else:
+        check_resumable(resume, instance, settings)
+        seeds = [Plan.from_dict(p, instance) for p in resume["seeds"]]
+        states = [SweepState.from_dict(s, instance) for s in resume["states"]]
+        previous = {"wall_time_s": resume["wall_time_s"], "runs": resume["runs"],
+                    "stats": SweepStats(**resume["stats"]),
+                    "engines": _engine_stats(resume["engines"])}
+    deadline = None if settings.time_limit is None else time.time() + settings.time_limit
+    tasks = [{"instance": document, "settings": dataclasses.asdict(settings),
+              "deadline": deadline, "seeds": [p.to_dict() for p in seeds],
+              "state": state.to_dict()} for state in states if not state.done]
+    if progress:
+        progress(f"{len(tasks)} of {len(states)} GPU intervals to sweep, {len(seeds)} seed plans")
+    results = map_tasks(run_unit, tasks, workers, scheduler, on_done=(
+        lambda i, r: progress(f"interval {i + 1}: {len(r['state']['candidates'])} candidates, "
+                              f"{'done' if r['state']['done'] else 'stopped'}, "
+                              f"{r['wall_time_s']:.1f} s")) if progress else None)
+    finished = iter(results)
+    states = [state if state.done else SweepState.from_dict(next(finished)["state"], instance)
+              for state in states]
+    stats, engines = previous["stats"], previous["engines"]
+    for result in results:
+        stats.merge(SweepStats(**result["stats"]))
+        engines.merge(_engine_stats(result["engines"]))
+    front = assemble(instance, states, seeds, stats)
+    wall = previous["wall_time_s"] + time.perf_counter() - start
+    front.provenance = {
+        "command": command or f"solvers.exact.exact_front(engine={settings.engine!r})",
+        "versions": versions(),
+        "parameters": {**dataclasses.asdict(settings),
+                       "workers": workers, "scheduler": scheduler,
+                       "tolerance": TOLERANCE,
+                       "pairs": [[t.dp, t.micro_batch] for t in all_pair_tables(instance)]},
+        "wall_time_s": round(wall, 3), "runs": previous["runs"] + 1,
+        "complete": all(s.done for s in states),
+        "intervals": [[s.low, s.high, s.done] for s in states],
+        "seed_plans": len(seeds), "steps": sum(len(s.candidates) for s in states),
+        "unproven_steps": stats.unproven, "largest_gap": front.largest_gap,
+        "sweep": stats.to_dict(), "engines": engines.to_dict(),
+    }
+    if not front.provenance["complete"]:
+        front.provenance["state"] = state_document(instance, settings, seeds, states,
+                                                   stats, engines, wall,
+                                                   previous["runs"] + 1)
+    if front.points:
+        front.normalisation = reference_box(front.objectives)
+    return front
+
+
+def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
+             stats: SweepStats) -> Front:
+    """The front of the sweeps' candidates: ``exact`` if every interval is done and every
+    step proven; else ``best_known``, with the seeds no candidate matched as heuristic
+    points, each bounded by the steps whose caps cover it."""
+    candidates = sorted((c for s in states for c in s.candidates), key=lambda c: not c.proven)
+    exact = all(s.done for s in states) and stats.unproven == 0 \
+        and all(c.proven for c in candidates)
+    plans = [c.plan for c in candidates]
+    proofs = [("optimal" if c.proven else "unproven", c.bound) for c in candidates]
+    if not exact and seeds:
+        result = evaluate_plans(instance, seeds)
+        for plan, ok, (t, n, c) in zip(seeds, result.feasible, result.objectives, strict=True):
+            if ok:
+                covering = [x.bound for x in candidates if x.gpu_cap >= n and x.cost_cap >= c]
+                plans.append(plan)
+                proofs.append(("heuristic", min(t, max(covering)) if covering else None))
+    front = Front.from_plans(instance, plans, "exact" if exact else "best_known",
+                             proofs=proofs)
+    if exact and seeds:
+        result = evaluate_plans(instance, seeds)
+        beaten = dominated_by(front.objectives, result.objectives[result.feasible],
+                              rtol=TOLERANCE)
+        if beaten.any():
+            raise RuntimeError(f"{instance.name}: a seed plan dominates a certified point "
+                               f"{front.objectives[np.flatnonzero(beaten)[0]].tolist()}")
+    return front
+
+
+# -- resuming ---------------------------------------------------------------------------------
+def _fingerprint(instance: Instance) -> str:
+    return hashlib.sha256(json.dumps(instance.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _engine_stats(document: dict) -> EngineStatistics:
+    return EngineStatistics(document["solves"], document["wall_time_s"],
+                            Counter(document["statuses"]), document["handed_over"])
+
+
+def state_document(instance: Instance, settings: ExactSettings, seeds: list[Plan],
+                   states: list[SweepState], stats: SweepStats, engines: EngineStatistics,
+                   wall_time_s: float, runs: int) -> dict:
+    """Everything a later run needs to continue this one (``--resume``)."""
+    return {"schema": STATE_SCHEMA, "instance": instance.name,
+            "fingerprint": _fingerprint(instance), "engine": settings.engine,
+            "seeds": [p.to_dict() for p in seeds], "states": [s.to_dict() for s in states],
+            "stats": stats.to_dict(), "engines": engines.to_dict(),
+            "wall_time_s": wall_time_s, "runs": runs}
+
+
+def check_resumable(document: dict, instance: Instance, settings: ExactSettings) -> None:
+    if not isinstance(document, dict) or document.get("schema") != STATE_SCHEMA:
+        raise InputError(f"--resume: the state is not a {STATE_SCHEMA} document")
+    if document.get("fingerprint") != _fingerprint(instance):
+        raise InputError(f"--resume: the state belongs to another instance "
+                         f"({document.get('instance')!r})")
+    if document.get("engine") != settings.engine:
+        raise InputError(f"--resume: the state was made with --engine {document.get('engine')}, "
+                         f"not {settings.engine}")
+
+
+def state_path(out: Path) -> Path:
+    return out.with_name(out.name + ".state")
+
+
+# -- one weighted optimum ----------------------------------------------------------------------
 def best_plan(instance: Instance, weights: tuple[float, float, float] = (1.0, 0.0, 0.0),
               gpu_cap: float | None = None, cost_cap: float | None = None,
-              engine: str = "highs", threads: int = 1) -> Solve | None:
-    """The optimum over all (dp, micro-batch) pairs of ``w . (step_time_s, gpus, comm_cost)``
-    under optional caps: min step time by default, any weighted scalarisation otherwise.
-    None if no plan satisfies the caps. The returned values were checked against the
-    evaluator."""
+              engine: str = "portfolio", threads: int = 2) -> Solve | None:
+    """The certified optimum over all (dp, micro-batch) pairs of ``w . (step_time_s, gpus,
+    comm_cost)`` under optional caps; None if no plan satisfies the caps. Raises if a pair's
+    optimum cannot be certified."""
     best: Solve | None = None
-    best_value = float("inf")
-    for tables in all_pair_tables(instance):
-        result = make_engine(engine, tables, threads).solve(weights, gpu_cap, cost_cap)
-        if result.values is None:
-            continue
-        check_values(tables, result)
-        v = result.values
-        value = weights[0] * v.step_time_s + weights[1] * v.gpus + weights[2] * v.comm_cost
-        if value < best_value:
-            best, best_value = result, value
+    settings = ExactSettings(engine=engine, threads=threads)
+    request = SolveRequest(weights=tuple(float(w) for w in weights), gpu_cap=gpu_cap,
+                           cost_cap=cost_cap)
+    for certifier in certifiers(instance, settings):
+        certified = certifier.solve(request)
+        if not certified.proven:
+            raise RuntimeError(f"pair dp={certifier.tables.dp} "
+                               f"b={certifier.tables.micro_batch}: optimum not certified")
+        solve = certified.solve
+        if solve.values is not None and (best is None or solve.objective < best.objective):
+            best = solve
     return best
-
-
-def normalisation(front: Front) -> dict:
-    """Ideal, nadir and hypervolume reference point of a front, fixed once with it."""
-    return reference_box(front.objectives)
-
-
-def exact_front(instance: Instance, engine: str = "highs", time_limit: float | None = None,
-                threads: int = 1, progress: Callable[[str], None] | None = None,
-                command: str | None = None, solve_limit: float | None = None) -> Front:
-    start = time.perf_counter()
-    engines = [make_engine(engine, tables, threads) for tables in all_pair_tables(instance)]
-    candidates, stats = epsilon_front(engines, progress, time_limit, solve_limit)
-    exact = stats.complete and stats.limited == 0
-    plans = [c.solve.plan for c in candidates]
-    gaps = [c.solve.gap for c in candidates]
-    front = Front.from_plans(instance, plans, "exact" if exact else "best_known", gaps=gaps)
-    front.provenance = {
-        "command": command or f"solvers.exact.exact_front(engine={engine!r})",
-        "versions": versions(),
-        "parameters": {"engine": engine, "time_limit_s": time_limit,
-                       "solve_limit_s": solve_limit, "threads": threads,
-                       "pairs": [[e.tables.dp, e.tables.micro_batch] for e in engines]},
-        "wall_time_s": round(time.perf_counter() - start, 3),
-        "solves": stats.solves, "reused_solves": stats.reused,
-        "handed_to_highs": sum(getattr(e, "handed_over", 0) for e in engines),
-        "solve_time_s": round(stats.solve_time_s, 3),
-        "limited_solves": stats.limited, "complete": stats.complete,
-        "mip_gaps": [p.mip_gap for p in front.points],
-    }
-    if front.points:
-        front.normalisation = normalisation(front)
-    return front
 
 
 def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
@@ -114,35 +335,62 @@ def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
     return paths
 
 
+# -- command line --------------------------------------------------------------------------------
 def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> None:
     instance = Instance.load(path)
+    settings = ExactSettings(engine=args.engine, threads=args.threads,
+                             time_limit=args.time_limit, solve_limit=args.solve_limit,
+                             seeds=args.seeds, units=args.units or max(1, args.workers))
+    resume = None
+    if args.resume:
+        if not state_path(out).exists():
+            raise InputError(f"--resume: no state file {str(state_path(out))!r} (a run that "
+                             f"stops at --time-limit leaves one)")
+        resume = read_json(state_path(out), "state")
     if args.export:
         for written in export_models(instance, out, args.export):
             print(f"wrote {written}")
-    front = exact_front(instance, args.engine, args.time_limit, args.threads,
+    front = exact_front(instance, settings=settings, command=command, workers=args.workers,
+                        scheduler=args.scheduler, resume=resume,
                         progress=(lambda line: print("  " + line, file=sys.stderr))
-                        if args.verbose else None,
-                        command=command, solve_limit=args.solve_limit)
+                        if args.verbose else None)
+    state = front.provenance.pop("state", None)
     front.save(out, instance)
-    print(f"{instance.name}: {len(front.points)} points, {front.status}, "
-          f"{front.provenance['solves']} solves, {front.provenance['wall_time_s']:.1f} s "
-          f"-> {out}")
+    if state is not None:
+        write_json_atomic(state_path(out), state)
+    else:
+        state_path(out).unlink(missing_ok=True)
+    p = front.provenance
+    gap = "" if p["largest_gap"] is None else f", largest gap {p['largest_gap']:.2e}"
+    print(f"{instance.name}: {len(front.points)} points, {front.status}{gap}, "
+          f"{p['sweep']['solves']} solves, {p['wall_time_s']:.1f} s -> {out}"
+          + ("" if state is None else " (stopped at the time limit; --resume continues)"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m solvers.exact",
                        description="Exact Pareto front of an instance.")
     parser.add_argument("instance", nargs="?", type=Path, help="instance JSON")
-    parser.add_argument("--suite", choices=["quick", "bench"],
-                        help="compute the reference fronts of a committed suite instead")
+    parser.add_argument("--suite", help="compute the reference fronts of a committed suite "
+                        "(quick, bench or full) instead")
     parser.add_argument("--out", type=Path, required=True,
                         help="front JSON (one instance) or directory (--suite)")
-    parser.add_argument("--engine", choices=ENGINES, default="highs")
+    parser.add_argument("--engine", default="portfolio", help=f"one of {sorted(ENGINES)}")
     parser.add_argument("--time-limit", type=float, default=None,
-                        help="seconds for the whole front; past it the front is best_known")
+                        help="seconds for the whole front; past it the front is best_known "
+                             "and --resume continues it")
     parser.add_argument("--solve-limit", type=float, default=None,
                         help="seconds per solve; a sweep continues from incumbents (best_known)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="HiGHS threads and CP-SAT workers per engine (CP-SAT: >= 2)")
+    parser.add_argument("--seeds", default="baselines", help=f"one of {list(SEED_KINDS)}")
+    parser.add_argument("--units", type=int, default=None,
+                        help="GPU intervals the sweep is cut into (default: --workers)")
+    parser.add_argument("--workers", type=int, default=1, help="local processes for the units")
+    parser.add_argument("--scheduler", default=None,
+                        help="run the units on this Dask scheduler instead")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run that left OUT.state")
     parser.add_argument("--export", choices=["mps", "lp"], help="also write the models")
     parser.add_argument("--match", action="append", default=[],
                         help="with --suite: only instances whose name contains this (repeatable)")
@@ -159,11 +407,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> None:
     command = command_line("solvers.exact")
+    if args.workers < 1 or (args.units is not None and args.units < 1):
+        raise InputError("--workers and --units must be >= 1")
     if args.instance is not None:
-        _run_one(args.instance, args.out, args, command)
+        try:
+            _run_one(args.instance, args.out, args, command)
+        except ConnectionError as err:
+            raise InputError(str(err)) from None
         return
-    from instances.suites import suite_paths
+    from instances.suites import SUITES, suite_paths
 
+    if args.suite not in SUITES:
+        raise InputError(f"--suite must be one of {list(SUITES)}, got {args.suite!r}")
     if args.jobs < 1:
         raise InputError(f"--jobs must be >= 1, got {args.jobs}")
     todo = []
@@ -171,7 +426,7 @@ def _run(args: argparse.Namespace) -> None:
         out = args.out / f"{path.stem}.front.json"
         if args.match and not any(m in path.stem for m in args.match):
             continue
-        if args.skip_existing and out.exists():
+        if args.skip_existing and out.exists() and not state_path(out).exists():
             continue
         todo.append((path, out))
     if args.jobs == 1:

@@ -2,6 +2,12 @@
 
 A front holds non-dominated points in (step_time_s, gpus, comm_cost), each with its plan, a
 status (``exact``, ``best_known`` or ``heuristic``) and the provenance of how it was made.
+
+A point of an exact sweep also says what is proven about it (``POINT_STATUSES``): ``optimal``
+(its step time is the least under its caps, certified), ``unproven`` (a solver incumbent;
+``bound`` is a certified lower bound on that least step time and ``gap`` the relative distance
+to it) or ``heuristic`` (a plan from a heuristic, e.g. NSGA-II, that no solver point matched;
+its ``bound`` comes from what the sweep certified).
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from formulation.families import AnyPlan, plan_from_dict, score
 from formulation.instance import Instance
 from formulation.schema import InputError, Reader, read_json, write_json_atomic
 
-FRONT_SCHEMA = "xdsched.front/1"
+FRONT_SCHEMA = "xdsched.front/2"
+READABLE_SCHEMAS = ("xdsched.front/1", FRONT_SCHEMA)  # /1: the gap was called "mip_gap"
 STATUSES = ("exact", "best_known", "heuristic")
+POINT_STATUSES = ("optimal", "unproven", "heuristic")
 
 
 def nondominated_mask(points: np.ndarray) -> np.ndarray:
@@ -89,7 +97,15 @@ def normalised_hypervolume(objectives: np.ndarray, normalisation: dict | None) -
 class FrontPoint:
     objectives: tuple[float, float, float]
     plan: AnyPlan
-    mip_gap: float | None = None  # relative gap of the solve that produced the point
+    gap: float | None = None  # relative distance of the step time to ``bound``
+    bound: float | None = None  # certified lower bound on the least step time at its caps
+    status: str | None = None  # one of POINT_STATUSES, for points of an exact sweep
+
+    def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
+        extra = {key: getattr(self, key) for key in ("status", "bound", "gap")
+                 if getattr(self, key) is not None}
+        return {"objectives": list(self.objectives), "plan": self.plan.to_dict(instance),
+                **extra}
 
 
 @dataclass
@@ -112,25 +128,33 @@ class Front:
     @staticmethod
     def from_plans(instance: Instance, plans: list[AnyPlan], status: str,
                    provenance: dict[str, Any] | None = None,
-                   gaps: list[float | None] | None = None) -> Front:
-        """The non-dominated feasible subset of ``plans``, scored by the evaluator."""
+                   proofs: list[tuple[str, float | None]] | None = None) -> Front:
+        """The non-dominated feasible subset of ``plans``, scored by the evaluator;
+        ``proofs`` gives each plan's (point status, bound). Of plans with equal objective
+        vectors the first is kept, so list proven ones first."""
         if not plans:
             return Front(instance.name, status, [], provenance or {})
         objectives, ok = score(instance, plans)
         feasible = np.flatnonzero(ok)
         keep = feasible[nondominated_mask(objectives[feasible])]
-        gaps = gaps or [None] * len(plans)
-        points = [FrontPoint(tuple(float(x) for x in objectives[i]), plans[i], gaps[i])
-                  for i in keep]
+        points = []
+        for i in keep:
+            values = tuple(float(x) for x in objectives[i])
+            point_status, bound = proofs[i] if proofs else (None, None)
+            gap = None if bound is None else max(0.0, values[0] - bound) / values[0]
+            points.append(FrontPoint(values, plans[i], gap, bound, point_status))
         return Front(instance.name, status, points, provenance or {}).sorted()
+
+    @property
+    def largest_gap(self) -> float | None:
+        gaps = [p.gap for p in self.points if p.gap is not None]
+        return max(gaps) if gaps else None
 
     def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema": FRONT_SCHEMA, "instance": self.instance, "objectives": list(OBJECTIVES),
             "status": self.status, "provenance": self.provenance,
-            "points": [{"objectives": list(p.objectives), "plan": p.plan.to_dict(instance),
-                        **({} if p.mip_gap is None else {"mip_gap": p.mip_gap})}
-                       for p in self.points]}
+            "points": [p.to_dict(instance) for p in self.points]}
         if self.normalisation is not None:
             out["normalisation"] = self.normalisation
         return out
@@ -149,7 +173,8 @@ class Front:
     def from_dict(document: Any, instance: Instance | None = None) -> Front:
         """A front from its JSON document (validated; plans checked against ``instance``)."""
         r = Reader(document, "")
-        if r.string("schema") != FRONT_SCHEMA:
+        schema = r.string("schema")
+        if schema not in READABLE_SCHEMAS:
             raise InputError(f"schema must be {FRONT_SCHEMA!r}")
         if r.raw("objectives") != list(OBJECTIVES):
             raise InputError(f"objectives must be {list(OBJECTIVES)}")
@@ -159,10 +184,12 @@ class Front:
             objectives = pr.raw("objectives")
             if not (isinstance(objectives, list) and len(objectives) == 3):
                 raise InputError(f"{where}.objectives must be a list of 3 numbers")
-            gap = pr.raw("mip_gap", None)
+            gap = pr.raw("gap" if schema == FRONT_SCHEMA else "mip_gap", None)
+            bound = pr.raw("bound", None)
+            status = pr.string("status", None, choices=POINT_STATUSES)
             plan = plan_from_dict(pr.raw("plan"), instance, f"{where}.plan")
             pr.finish()
-            return FrontPoint(tuple(float(x) for x in objectives), plan, gap)
+            return FrontPoint(tuple(float(x) for x in objectives), plan, gap, bound, status)
 
         front = Front(instance=r.string("instance"),
                       status=r.string("status", choices=STATUSES),

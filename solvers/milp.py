@@ -22,6 +22,9 @@ constraints, with the SPEC sections they state:
 * Step time ``T = (m - 1) P + sum c + 2 sum delta + T_allreduce + T_optimizer``.
 * Caps: ``N <= gpu_cap``, ``C <= cost_cap`` (mutable, for the epsilon-constraint method),
   and the instance's optional WAN share cap and cost budget (SPEC 5).
+* Cuts (mutable, off by default): a floor on the period and on the step time, valid for
+  every plan under the request's caps (``solvers.bounds``), with a per-cell McCormick form
+  of "a stage's compute fits the period".
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import pyomo.environ as pyo
 
 from solvers.engine import NO_CAP, ModelValues
-from solvers.tables import Decision, PairTables, decision_values
+from solvers.tables import PairTables, StageChoice, choice_values
 
 
 def build_model(tables: PairTables) -> pyo.ConcreteModel:
@@ -175,6 +178,18 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
     model.period_cap = pyo.Param(mutable=True, initialize=NO_CAP)
     model.period_layers = pyo.Constraint(model.cells, rule=lambda m_, p, k, o: (
         float(t.layer_time[o]) * m_.n[p, k, o] <= m_.period_cap * m_.z[p, k, o]))
+    # Cuts from valid lower bounds of the request (solvers.bounds), inactive without one:
+    # the period is at least its floor, and each cell's compute fits the period in a
+    # McCormick form of ``compute <= period * z`` (a stage that is on fits the period; one
+    # that is off needs the period only to reach its floor), which keeps the LP from
+    # buying a fraction of a GPU-hungry stage with a matching fraction of the layers.
+    model.period_floor = pyo.Param(mutable=True, initialize=0.0)
+    model.period_floor_cells = pyo.Constraint(model.cells, rule=lambda m_, p, k, o: (
+        float(t.layer_time[o]) * m_.n[p, k, o]
+        + (float(t.last_time[o]) * m_.z[p, k, o] if p == 0 else 0.0)
+        <= m_.period - m_.period_floor * (1 - m_.z[p, k, o])))
+    model.step_floor = pyo.Param(mutable=True, initialize=0.0)
+    model.step_floor_con = pyo.Constraint(expr=model.step_time >= model.step_floor)
     model.gpu_cap_con = pyo.Constraint(expr=model.gpus <= model.gpu_cap)
     model.cost_cap_con = pyo.Constraint(expr=model.cost <= model.cost_cap)
     model.step_cap_con = pyo.Constraint(expr=model.step_time <= model.step_cap)
@@ -214,9 +229,9 @@ def _wan_share_cap(model: pyo.ConcreteModel, t: PairTables, share: float,
         terms[i] >= m_.wan_required - needed * (1 - m_.wan_pick[i])))
 
 
-def decisions(model: pyo.ConcreteModel) -> dict[int, Decision]:
+def choices(model: pyo.ConcreteModel) -> dict[int, StageChoice]:
     """The model's current (integral) solution as position -> choices."""
-    return {p: Decision(int(k), int(o), int(round(pyo.value(model.n[p, k, o]))))
+    return {p: StageChoice(int(k), int(o), int(round(pyo.value(model.n[p, k, o]))))
             for (p, k, o) in model.cells if pyo.value(model.z[p, k, o]) > 0.5}
 
 
@@ -230,4 +245,4 @@ def model_values(model: pyo.ConcreteModel, tables: PairTables) -> ModelValues:
              [sum(float(tables.cost[k, q]) * pyo.value(model.y[p, k, q])
                   for k in range(tables.num_domains) for q in range(tables.num_domains) if k != q)
               for p in boundaries])
-    return decision_values(tables, decisions(model), links)
+    return choice_values(tables, choices(model), links)

@@ -133,16 +133,16 @@ def all_pair_tables(instance: Instance) -> list[PairTables]:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """An active position's choices: domain, option index and layer count."""
+class StageChoice:
+    """What an engine chose for one active position: domain, option index, layer count."""
 
     domain: int
     option: int
     layers: int
 
 
-def decisions_plan(tables: PairTables, chosen: dict[int, Decision]) -> Plan:
-    """The plan of an engine's decisions (position -> choices); the highest active position
+def choices_plan(tables: PairTables, chosen: dict[int, StageChoice]) -> Plan:
+    """The plan of an engine's choices (position -> choice); the highest active position
     is the first stage."""
     stages = []
     for p in sorted(chosen, reverse=True):
@@ -152,10 +152,26 @@ def decisions_plan(tables: PairTables, chosen: dict[int, Decision]) -> Plan:
     return Plan(dp=tables.dp, micro_batch=tables.micro_batch, stages=tuple(stages))
 
 
-def decision_values(tables: PairTables, chosen: dict[int, Decision],
+def plan_choices(tables: PairTables, plan: Plan) -> dict[int, StageChoice] | None:
+    """The inverse of :func:`choices_plan`; None if the plan is not one of this pair's
+    model (another dp or micro-batch, more stages than positions, an option the model
+    does not have)."""
+    if (plan.dp, plan.micro_batch) != (tables.dp, tables.micro_batch) \
+            or not 1 <= plan.num_stages <= tables.positions:
+        return None
+    chosen = {}
+    for j, stage in enumerate(plan.stages):
+        if (stage.tp, stage.recompute) not in tables.options:
+            return None
+        chosen[plan.num_stages - 1 - j] = StageChoice(
+            stage.domain, tables.options.index((stage.tp, stage.recompute)), stage.layers)
+    return chosen
+
+
+def choice_values(tables: PairTables, chosen: dict[int, StageChoice],
                     links: tuple[list[float], list[float], list[float]] | None = None
                     ) -> ModelValues:
-    """Objective values of a decision with every epigraph at its tight value: the engines'
+    """Objective values of the choices with every epigraph at its tight value: the engines'
     own account of a plan, checked against the evaluator at run time.
 
     ``links`` gives (delta, occupancy, cost) per boundary from position p+1 to p, in order

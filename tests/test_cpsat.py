@@ -1,17 +1,12 @@
 """The CP-SAT engine (SPEC 7: the second exact engine) against the evaluator, HiGHS and brute force.
 
-ortools 9.15 and highspy 1.15 both ship a ``libhighs.so.1`` (HiGHS 1.12 and 1.15): in one
-process whichever loads second fails. So every solve here runs in a child process
-(:func:`_solve`), and this module works whatever else the test session has imported; only
-the evaluator and the brute-force enumeration (numpy) run in the test process.
+Both engines load in one process: ``highspy`` is pinned to the HiGHS release that OR-Tools
+bundles (two different ``libhighs.so.1`` in one process break whichever loads second).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+import dataclasses
 
 import numpy as np
 import pytest
@@ -23,46 +18,33 @@ from formulation.result import evaluate
 from instances.suites import suite_paths
 from instances.tiny import tiny_instance
 from solvers.bruteforce import enumerate_plans
+from solvers.cpsat import TIME_RANGE_BITS, CpSatEngine
+from solvers.engine import SolveRequest, SolveStatus
+from solvers.highs import HighsEngine
+from solvers.tables import pair_tables
 
-ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ((1, 1), (2, 1))  # (dp, micro-batch) pairs of the quick instance
 TOLERANCE = 1e-6  # SPEC 7: model values equal the evaluator's
 
-CHILD = r"""
-import dataclasses, json, sys
-from formulation.instance import Instance
-from formulation.plan import Plan
-from solvers.tables import pair_tables
-request = json.load(sys.stdin)
-instances = [Instance.from_dict(doc) for doc in request["instances"]]
-engines, out = {}, []
-for case in request["cases"]:
-    key = (case["instance"], case["dp"], case["micro_batch"])
-    if key not in engines:
-        tables = pair_tables(instances[key[0]], key[1], key[2])
-        if request["engine"] == "cpsat":
-            from solvers.cpsat import CpSatEngine
-            engines[key] = CpSatEngine(tables)
-        else:
-            from solvers.highs import HighsEngine
-            engines[key] = HighsEngine(tables)
-    engine = engines[key]
-    s = engine.solve(**case.get("solve", {}))
-    bound = getattr(engine, "scaling_error_bound", lambda: (0.0, 0.0))()
-    out.append({"status": s.status, "plan": s.plan and s.plan.to_dict(),
-                "values": s.values and dataclasses.asdict(s.values), "objective": s.objective,
-                "bound": s.bound, "wall": s.wall_time_s, "scaling": bound})
-print(json.dumps(out))
-"""
-
 
 def _solve(engine: str, instances: list[Instance], cases: list[dict]) -> list[dict]:
-    """Run the cases (instance index, dp, micro_batch, solve keyword arguments) in a child."""
-    request = {"engine": engine, "instances": [i.to_dict() for i in instances], "cases": cases}
-    done = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(request), cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    """Solve the cases (instance index, dp, micro_batch, request fields) with one engine per
+    (instance, pair); each result as a dict with the scaling error of the model it used."""
+    engines, out = {}, []
+    for case in cases:
+        key = (case["instance"], case["dp"], case["micro_batch"])
+        if key not in engines:
+            tables = pair_tables(instances[key[0]], key[1], key[2])
+            engines[key] = CpSatEngine(tables) if engine == "cpsat" else HighsEngine(tables)
+        request = SolveRequest(**case.get("solve", {}))
+        solve = engines[key].solve(request)
+        scaling = engines[key].scale_for(request).error_bound() if engine == "cpsat" \
+            else (0.0, 0.0)
+        out.append({"status": solve.status.value, "plan": solve.plan and solve.plan.to_dict(),
+                    "values": solve.values and dataclasses.asdict(solve.values),
+                    "objective": solve.objective, "bound": solve.bound,
+                    "wall": solve.wall_time_s, "scaling": scaling})
+    return out
 
 
 def _check_values(instance: Instance, result: dict) -> None:
@@ -90,6 +72,7 @@ def optima(quick: Instance) -> list[dict]:
     """Min-step-time CP-SAT solves of each pair, then a 0.01 s one of each."""
     cases = [{"instance": 0, "dp": dp, "micro_batch": b} for dp, b in PAIRS]
     cases += [{**c, "solve": {"time_limit": 0.01}} for c in cases]
+    assert SolveStatus.OPTIMAL.value == "optimal"
     return _solve("cpsat", [quick], cases)
 
 
@@ -122,7 +105,7 @@ def test_min_step_equals_highs(quick: Instance, optima: list[dict]) -> None:
 
 def test_time_limit_never_crashes(quick: Instance, optima: list[dict]) -> None:
     for result in optima[len(PAIRS):]:
-        assert result["status"] in ("optimal", "time_limit")
+        assert result["status"] in ("optimal", "limit")
         if result["plan"] is not None:
             _check_values(quick, result)
 
@@ -183,3 +166,28 @@ def test_instance_constraints_match_brute_force(constraints: Constraints) -> Non
     _check_values(instance, result)
     step = result["values"]["step_time_s"]
     assert abs(step - best) <= 2 * result["scaling"][0] + TOLERANCE * best
+
+
+def test_a_step_cap_leaves_the_optimum_in_place() -> None:
+    """Regression (issue 13): at a step cap of 0.6 s CP-SAT, with every time in one integer
+    unit 2^-36 s, called a plan of 0.5617 s optimal where one of 0.5591 s exists; so did it
+    on a K = 10 full-space instance with integers up to ~1.6e15. Counting the period in
+    units of unit / (m - 1) keeps the integers within 2^TIME_RANGE_BITS and the optimum in
+    place."""
+    instance = tiny_instance(3, domains=3, layers=6)
+    pair = instance.replace(search=dataclasses.replace(instance.search, dp=(2,),
+                                                       micro_batch=(1,)))
+    best = np.inf
+    for batch in enumerate_plans(pair):
+        result = evaluate_batch(pair, batch)
+        ok = result.feasible & (result.gpus <= 10)
+        best = min(best, result.step_time_s[ok].min(initial=np.inf))
+    engine = CpSatEngine(pair_tables(instance, 2, 1))
+    for step_cap in (None, 0.6, best * (1 + 1e-9)):
+        request = SolveRequest(gpu_cap=10, step_cap=step_cap)
+        solve = engine.solve(request)
+        assert solve.status == SolveStatus.OPTIMAL
+        assert solve.values.step_time_s == pytest.approx(best, rel=TOLERANCE)
+        scaled = engine.scale_for(request)
+        assert scaled.high < 2 ** (TIME_RANGE_BITS + 1)
+        assert solve.bound <= solve.objective

@@ -16,8 +16,8 @@ from formulation.result import evaluate
 from instances.suites import suite_paths
 from instances.tiny import tiny_instance
 from solvers.bruteforce import brute_force_front, enumerate_plans
-from solvers.engine import ModelValues
-from solvers.epsilon import ModelMismatch, check_values
+from solvers.certify import ModelMismatch, check_values
+from solvers.engine import ModelValues, SolveRequest, SolveStatus
 from solvers.exact import exact_front
 from solvers.front import Front, dominated_by, fronts_agree
 from solvers.highs import HighsEngine
@@ -69,7 +69,7 @@ def test_cross_domain_points_exist_on_the_scarce_variant():
 
 def test_run_time_check_rejects_a_model_that_disagrees_with_the_evaluator():
     tables = all_pair_tables(tiny_instance(0, **TINY[2]))[0]
-    solve = HighsEngine(tables).solve()
+    solve = HighsEngine(tables).solve(SolveRequest())
     check_values(tables, solve)  # the genuine solution passes
     wrong = dataclasses.replace(solve, values=ModelValues(
         solve.values.step_time_s * 1.001, solve.values.gpus, solve.values.comm_cost))
@@ -81,7 +81,7 @@ def test_a_time_limit_gives_a_best_known_front_never_exact():
     instance = Instance.load(suite_paths("quick")[0])
     front = exact_front(instance, time_limit=0.5)
     assert front.status == "best_known"
-    assert front.provenance["complete"] is False or front.provenance["limited_solves"] > 0
+    assert front.provenance["complete"] is False or front.provenance["unproven_steps"] > 0
 
 
 # Golden optimal step times: (quick instance, caps) -> least step time, found by HiGHS and
@@ -100,8 +100,8 @@ GOLDEN = [
                          ids=[f"quick{i}-{c}" for i, c, _, _ in GOLDEN])
 def test_golden_optimal_step_times(index, caps, step, gpus):
     instance = Instance.load(suite_paths("quick")[index]).replace(search=GOLDEN_SPACE)
-    solve = HighsEngine(pair_tables(instance, 2, 1)).solve(**caps)
-    assert solve.status == "optimal"
+    solve = HighsEngine(pair_tables(instance, 2, 1)).solve(SolveRequest(**caps))
+    assert solve.status == SolveStatus.OPTIMAL
     assert solve.values.step_time_s == pytest.approx(step, rel=1e-6)
     assert solve.values.gpus == gpus
     assert evaluate(instance, solve.plan).step_time_s == pytest.approx(step, rel=1e-6)
@@ -194,7 +194,71 @@ def test_a_per_solve_limit_is_applied_and_labels_the_front():
     instance = Instance.load(suite_paths("quick")[0])
     front = exact_front(instance, "cpsat", solve_limit=1e-3, threads=1)
     assert front.status == "best_known"
-    assert front.provenance["parameters"]["solve_limit_s"] == 1e-3
-    assert front.provenance["limited_solves"] > 0
-    for point in front.points:  # incumbents, if any, are real feasible plans
+    assert front.provenance["parameters"]["solve_limit"] == 1e-3
+    assert front.provenance["unproven_steps"] > 0
+    for point in front.points:  # incumbents and heuristic plans: real feasible plans
         assert evaluate(instance, point.plan).feasible
+        assert point.status in ("unproven", "heuristic", "optimal")
+
+
+# -- scale-out and resuming ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def scaleout():
+    """A tiny instance with a cross-domain front and its uninterrupted front."""
+    instance = tiny_instance(0, **TINY[0])
+    return instance, exact_front(instance)
+
+
+def test_gpu_intervals_give_the_same_front_in_process_and_in_a_pool(scaleout):
+    from solvers.exact import ExactSettings
+
+    instance, whole = scaleout
+    for units, workers in ((3, 1), (2, 2)):
+        front = exact_front(instance, settings=ExactSettings(units=units), workers=workers)
+        assert front.status == "exact"
+        assert fronts_agree(front, whole)
+        assert len(front.provenance["intervals"]) == units
+
+
+def test_gpu_intervals_on_a_dask_cluster_give_the_same_front(scaleout):
+    from distributed import LocalCluster
+
+    from solvers.exact import ExactSettings
+
+    instance, whole = scaleout
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        front = exact_front(instance, settings=ExactSettings(units=2),
+                            scheduler=cluster.scheduler_address)
+    assert front.status == "exact" and fronts_agree(front, whole)
+    assert front.provenance["parameters"]["scheduler"] == cluster.scheduler_address
+
+
+def test_resume_continues_a_run_that_hit_its_time_limit(tmp_path, scaleout):
+    instance, whole = scaleout
+    path, out = tmp_path / "tiny.json", tmp_path / "front.json"
+    instance.save(path)
+    first = _cli(str(path), "--out", str(out), "--time-limit", "0.2", "--units", "2")
+    assert first.returncode == 0, first.stderr
+    state = out.with_name("front.json.state")
+    assert Front.load(out, instance).status == "best_known" and state.exists()
+    before = state.read_text()
+    resumed = _cli(str(path), "--out", str(out), "--units", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    front = Front.load(out, instance)
+    assert front.status == "exact" and fronts_agree(front, whole)
+    assert front.provenance["runs"] == 2 and not state.exists()
+    assert before  # the state of the first run was read, not rewritten in between
+
+
+@pytest.mark.parametrize("args", [["--resume"], ["--seeds", "all"], ["--units", "0"],
+                                  ["--scheduler", "tcp://127.0.0.1:9"],
+                                  ["--time-limit", "-1"]])
+def test_cli_bad_scaleout_options_are_one_line_and_exit_2(tmp_path, args):
+    instance = tiny_instance(1, **TINY[1])
+    path = tmp_path / "tiny.json"
+    instance.save(path)
+    done = _cli(str(path), "--out", str(tmp_path / "x.json"), *args)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") <= 2
+    assert not (tmp_path / "x.json").exists()

@@ -34,15 +34,19 @@ def test_every_suite_instance_has_a_front(suite):
 
 @pytest.mark.parametrize("path", FRONTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_status_label_is_honest(path):
-    """``exact`` only if the sweep completed and no solve stopped at a limit; a best-known
-    front says why and carries the gap of every point."""
+    """``exact`` only if every GPU interval was swept, every step proven and every point
+    certified optimal; a best-known front says why and bounds every point it can."""
     _, front = _load(path)
     provenance = front.provenance
-    exact = provenance["complete"] and provenance["limited_solves"] == 0
+    exact = provenance["complete"] and provenance["unproven_steps"] == 0
     assert front.status == ("exact" if exact else "best_known")
-    assert len(provenance["mip_gaps"]) == len(front.points)
     if exact:
-        assert all(p.mip_gap is not None and p.mip_gap <= 1e-4 for p in front.points)
+        assert all(p.status == "optimal" and p.gap is not None and p.gap <= 1e-6
+                   for p in front.points)
+    else:
+        assert all(p.status in ("optimal", "unproven", "heuristic") for p in front.points)
+    gaps = [p.gap for p in front.points if p.gap is not None]
+    assert provenance["largest_gap"] == (max(gaps) if gaps else None)
 
 
 @pytest.mark.parametrize("path", FRONTS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -50,7 +54,7 @@ def test_stored_points_re_evaluate_and_are_non_dominated(path):
     instance, front = _load(path)
     assert front.status in ("exact", "best_known")
     assert front.points
-    for key in ("command", "versions", "parameters", "wall_time_s", "mip_gaps"):
+    for key in ("command", "versions", "parameters", "wall_time_s", "sweep", "engines"):
         assert key in front.provenance
     stored = front.objectives
     assert nondominated_mask(stored).all()

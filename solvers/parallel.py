@@ -1,0 +1,60 @@
+"""Where independent tasks run: in this process, in a local process pool, or on a Dask cluster.
+
+All three call the same picklable function on the same picklable tasks and return the results
+in task order, so what is computed does not depend on where (the measured times aside). The
+exact sweep's units (:mod:`solvers.exact`) and the evaluation's work units
+(:mod:`evaluation.runner`) both run through :func:`map_tasks`. A Dask scheduler address is
+anything ``distributed.Client`` takes (``tcp://host:8786``); its workers need this package.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+
+def map_tasks(function: Callable[[Any], Any], tasks: Sequence[Any], workers: int = 1,
+              scheduler: str | None = None, on_done: Callable[[int, Any], None] | None = None,
+              connect_timeout_s: float = 20.0) -> list[Any]:
+    """``[function(task) for task in tasks]``, run where asked; ``on_done(index, result)`` is
+    called as each task finishes. An unreachable scheduler raises ``ConnectionError``."""
+    results: list[Any] = [None] * len(tasks)
+    done = on_done or (lambda index, result: None)
+    if scheduler is not None:
+        _on_dask(function, tasks, scheduler, results, done, connect_timeout_s)
+    elif workers <= 1 or len(tasks) <= 1:
+        for i, task in enumerate(tasks):
+            results[i] = function(task)
+            done(i, results[i])
+    else:
+        # spawn: forked children would inherit the parent's threads (progress bar, BLAS) and
+        # HiGHS's process-wide thread pool
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(function, task): i for i, task in enumerate(tasks)}
+            for future in as_completed(futures):
+                i = futures[future]
+                results[i] = future.result()
+                done(i, results[i])
+    return results
+
+
+def _on_dask(function: Callable[[Any], Any], tasks: Sequence[Any], scheduler: str,
+             results: list, done: Callable[[int, Any], None], connect_timeout_s: float) -> None:
+    from distributed import Client
+    from distributed import as_completed as dask_completed
+
+    try:
+        client = Client(scheduler, timeout=f"{connect_timeout_s}s")
+    except (OSError, TimeoutError) as err:
+        raise ConnectionError(f"--scheduler: cannot reach a Dask scheduler at {scheduler!r} "
+                              f"({err})") from None
+    with client:
+        futures = client.map(function, list(tasks), pure=False)
+        position = {future.key: i for i, future in enumerate(futures)}
+        for future in dask_completed(futures):
+            i = position[future.key]
+            results[i] = future.result()
+            done(i, results[i])
