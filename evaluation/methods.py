@@ -57,6 +57,8 @@ def _nsga2(instance: Instance, seed: int, normalisation: dict | None,
     provenance = front.provenance
     anytime = list(zip(provenance["elapsed_s_per_generation"],
                        provenance["hypervolume_per_generation"], strict=True))
+    if provenance["descent"] is not None:  # the descent's archive is the last anytime point
+        anytime.append((provenance["wall_time_s"], provenance["hypervolume_after_descent"]))
     return MethodRun(front, len(front.points), len(front.points), anytime)
 
 

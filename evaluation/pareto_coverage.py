@@ -2,7 +2,8 @@
 
     python -m evaluation.pareto_coverage [--suite quick|bench|DIR] [--methods NAME ...]
         [--out DIR] [--workers N] [--scheduler ADDRESS] [--seeds N] [--repeats N]
-        [--generations N] [--population N] [--target-gap G] [--match TEXT] [--quiet]
+        [--generations N] [--population N] [--descent N] [--target-gap G] [--match TEXT]
+        [--quiet]
 
 A suite is ``quick`` or ``bench`` (committed instances and exact fronts) or a directory of
 instance JSON files, each with its reference front beside it (``NAME.front.json``) or in
@@ -91,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="timed decisions per unit after one warm-up")
     parser.add_argument("--generations", type=int, default=None, help="NSGA-II generations")
     parser.add_argument("--population", type=int, default=None, help="NSGA-II population")
+    parser.add_argument("--descent", type=int, default=None,
+                        help="NSGA-II: plans its final Pareto descent expands")
     parser.add_argument("--hippo-samples", type=int, default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
     parser.add_argument("--hippo-polish", type=int, default=0,
@@ -119,10 +122,10 @@ def _check(args: argparse.Namespace) -> list[str]:
         raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
     if not 0 <= args.target_gap < 1:
         raise InputError("--target-gap must be in [0, 1)")
-    for name in ("generations", "population"):
+    for name, least in (("generations", 1), ("population", 2), ("descent", 0)):
         value = getattr(args, name)
-        if value is not None and value < (2 if name == "population" else 1):
-            raise InputError(f"--{name} must be >= {2 if name == 'population' else 1}")
+        if value is not None and value < least:
+            raise InputError(f"--{name} must be >= {least}")
     names = [n for item in (args.methods or DEFAULT_METHODS) for n in item.split(",") if n]
     try:
         check_methods(names)
@@ -160,7 +163,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     for name in missing:
         print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
 
-    nsga2 = {key: value for key in ("generations", "population")
+    nsga2 = {key: value for key in ("generations", "population", "descent")
              if (value := getattr(args, key)) is not None}
     hippo = {"samples": args.hippo_samples, "polish": args.hippo_polish,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}

@@ -49,7 +49,7 @@ class EvaluationSettings:
     target_gap: float = 0.05
     """Time-to-target: time until the hypervolume ratio reaches 1 - target_gap."""
     nsga2: dict = field(default_factory=dict)
-    """Overrides of :class:`solvers.nsga2.Nsga2Settings` (population, generations)."""
+    """Overrides of :class:`solvers.nsga2.Nsga2Settings` (population, generations, descent)."""
     hippo: dict = field(default_factory=dict)
     """Hi-PPO options: ``samples`` per preference, ``polish`` rounds of local search per
     plan, ``grid`` steps of the preference sweep (default 10), ``checkpoint`` (default: the

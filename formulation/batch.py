@@ -75,5 +75,10 @@ class PlanBatch:
                        for j in range(int(self.num_stages[i])))
         return Plan(dp=int(self.dp[i]), micro_batch=int(self.micro_batch[i]), stages=stages)
 
+    def take(self, rows) -> PlanBatch:
+        """The batch of the given rows (indices or a boolean mask), in that order."""
+        return PlanBatch(**{name: getattr(self, name)[rows] for name in (
+            "dp", "micro_batch", "num_stages", "domain", "layers", "tp", "recompute")})
+
     def to_plans(self) -> list[Plan]:
         return [self.plan(i) for i in range(len(self))]

@@ -93,6 +93,13 @@ class PlanEncoding:
             genes[base + 3] = _gene(self.modes.index(stage.recompute), len(self.modes))
         return genes
 
+    def covers(self, plan: Plan) -> bool:
+        """Whether ``plan`` lies in the encoded space (so that :meth:`encode` holds)."""
+        return ((plan.dp, plan.micro_batch) in self.pairs
+                and 1 <= plan.num_stages <= self.max_stages
+                and all(s.tp in self.tps and s.recompute in self.modes
+                        and 0 <= s.domain < self.num_domains for s in plan.stages))
+
     # -- repair --------------------------------------------------------------------------
     def tables(self, dp: int, micro_batch: int) -> PairTables | None:
         key = (dp, micro_batch)

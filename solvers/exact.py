@@ -117,12 +117,9 @@ def seed_plans(instance: Instance, kind: str) -> list[Plan]:
     """The plans of fast heuristics that a sweep starts from (``ExactSettings.seeds``)."""
     if kind == "none":
         return []
-    from solvers.baselines import baseline_front
+    from solvers.baselines import seed_plans as baseline_seeds
 
-    plans: list[Plan] = []
-    for method in ("single-domain", "greedy", "sailor"):
-        plans += [p.plan for p in baseline_front(instance, method).points
-                  if isinstance(p.plan, Plan)]
+    plans = baseline_seeds(instance)
     if kind == "nsga2":
         from solvers.nsga2 import nsga2_front
 

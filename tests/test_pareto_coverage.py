@@ -16,7 +16,7 @@ from evaluation.pareto_coverage import main
 from evaluation.summary import KPIS
 
 FAST = ["--seeds", "2", "--repeats", "1", "--generations", "4", "--population", "10",
-        "--workers", "1", "--quiet"]
+        "--descent", "5", "--workers", "1", "--quiet"]
 TIMING_COLUMNS = ["latency_median_s", "intra_latency_median_s", "time_to_target_s"]
 
 

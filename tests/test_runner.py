@@ -12,7 +12,7 @@ from formulation.schema import read_json
 from instances.suites import PREFERENCES
 
 SETTINGS = EvaluationSettings(preferences=PREFERENCES, repeats=1,
-                              nsga2={"population": 10, "generations": 4})
+                              nsga2={"population": 10, "generations": 4, "descent": 5})
 
 
 def _units(suite: Path) -> list[WorkUnit]:
@@ -35,7 +35,8 @@ def test_records_come_back_in_unit_order(in_process: list[dict], tiny_suite: Pat
         (u.instance["name"], u.method, u.seed) for u in units]
     seeds = [r for r in in_process if r["method"] == "nsga2"]
     assert all(r["repeatable"] for r in in_process)
-    assert len(seeds) == 4 and all(len(r["anytime"]) == 4 for r in seeds)
+    # one anytime point per generation, and the descent's archive last
+    assert len(seeds) == 4 and all(len(r["anytime"]) == 4 + 1 for r in seeds)
 
 
 def test_local_pool_gives_the_same_numbers(in_process: list[dict], tiny_suite: Path):

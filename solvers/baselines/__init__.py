@@ -23,6 +23,7 @@ from typing import Any
 
 from formulation.families import evaluate_any
 from formulation.instance import Instance
+from formulation.plan import Plan
 from solvers.baselines.common import Decisions
 from solvers.baselines.diloco import diloco
 from solvers.baselines.dtfm import GaSettings, dtfm
@@ -64,5 +65,19 @@ def baseline_front(instance: Instance, method: str, command: str | None = None,
     return front
 
 
-__all__ = ["METHODS", "BaselineReferences", "Decisions", "GaSettings", "baseline_front",
-           "baseline_references"]
+SEED_METHODS = ("single-domain", "greedy", "sailor")
+"""The fast baselines whose plans start the searches of others (the exact sweep's incumbents,
+NSGA-II's first population)."""
+
+
+def seed_plans(instance: Instance, methods: tuple[str, ...] = SEED_METHODS) -> list[Plan]:
+    """The feasible pipeline plans of ``methods``, without repeats, in method order."""
+    plans: list[Plan] = []
+    for method in methods:
+        plans += [p.plan for p in baseline_front(instance, method).points
+                  if isinstance(p.plan, Plan)]
+    return list(dict.fromkeys(plans))
+
+
+__all__ = ["METHODS", "SEED_METHODS", "BaselineReferences", "Decisions", "GaSettings",
+           "baseline_front", "baseline_references", "seed_plans"]
