@@ -9,7 +9,7 @@ topologies (aws-10 only up to its 10 regions).
 Every instance must be one where cross-domain plans matter: no domain holds more than
 ``MAX_DOMAIN_SHARE`` of the free GPUs, and the best one-domain plan is at least
 ``MIN_SINGLE_DOMAIN_SLOWDOWN`` times slower than the best of a sample of cross-domain plans
-(or infeasible). For each slot, seeds are tried in a fixed order until one passes; the seed
+(or infeasible). For each entry, seeds are tried in a fixed order until one passes; the seed
 and the figures that admitted it are written to the suite's ``manifest.json``.
 """
 
@@ -44,7 +44,7 @@ PREFERENCES = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.5, 0.0, 0.5), (0.6, 0.2, 0.2
 
 
 @dataclass(frozen=True)
-class Slot:
+class SuiteEntry:
     """One instance of a suite: the generator arguments except the seed."""
 
     domains: int
@@ -81,15 +81,15 @@ SIZES = {("7b", "random"): ((16, 32), (0.1, 0.4)), ("7b", "cn-hubs"): ((16, 32),
          ("70b", "aws-10"): ((16, 64), (0.1, 0.3))}
 
 
-def _slot(domains: int, model: str, topology: str, search: SearchSpace, base: int) -> Slot:
+def _entry(domains: int, model: str, topology: str, search: SearchSpace, base: int) -> SuiteEntry:
     gpu_range, free_share = SIZES[model, topology]
-    return Slot(domains, model, topology, gpu_range, free_share, search, base)
+    return SuiteEntry(domains, model, topology, gpu_range, free_share, search, base)
 
 
-QUICK = [_slot(k, model, topology, QUICK_SEARCH, 100 + 10 * i) for i, (k, model, topology) in
+QUICK = [_entry(k, model, topology, QUICK_SEARCH, 100 + 10 * i) for i, (k, model, topology) in
          enumerate([(5, "13b", "cn-hubs"), (5, "70b", "aws-10"), (6, "13b", "random"),
                     (6, "7b", "cn-hubs"), (7, "13b", "cn-hubs"), (8, "7b", "random")])]
-BENCH = [_slot(k, model, topology, BENCH_SEARCH, 1000 + 100 * i) for i, (k, model, topology) in
+BENCH = [_entry(k, model, topology, BENCH_SEARCH, 1000 + 100 * i) for i, (k, model, topology) in
          enumerate([
              (5, "7b", "cn-hubs"), (5, "13b", "random"), (5, "70b", "aws-10"),
              (5, "70b", "cn-hubs"),
@@ -129,18 +129,18 @@ def build_suite(name: str, out_dir: Path) -> dict:
     """Generate a suite's instances into ``out_dir/name`` and return its manifest."""
     start = time.perf_counter()
     entries = []
-    for slot in SUITES[name]:
-        for seed in range(slot.base_seed, slot.base_seed + SEED_ATTEMPTS):
-            instance = slot.generate(seed)
+    for entry in SUITES[name]:
+        for seed in range(entry.base_seed, entry.base_seed + SEED_ATTEMPTS):
+            instance = entry.generate(seed)
             figures = admission(instance, seed)
             if figures is not None:
                 break
         else:
-            raise RuntimeError(f"no admissible seed for {slot} in {SEED_ATTEMPTS} attempts")
+            raise RuntimeError(f"no admissible seed for {entry} in {SEED_ATTEMPTS} attempts")
         path = out_dir / name / f"{instance.name}.json"
         instance.save(path)
         entries.append({"file": path.name, "seed": seed, **figures,
-                        "generator": {**asdict(slot), "seed": seed}})
+                        "generator": {**asdict(entry), "seed": seed}})
         print(f"  {path.name}: seed {seed}, {figures}")
     manifest = {
         "suite": name,
@@ -154,7 +154,7 @@ def build_suite(name: str, out_dir: Path) -> dict:
         "instances": entries,
     }
     write_json_atomic(out_dir / name / "manifest.json", manifest)
-    # Instances of an earlier build whose slot now admits another seed would linger otherwise.
+    # Instances of an earlier build whose entry now admits another seed would linger otherwise.
     kept = {entry["file"] for entry in entries} | {"manifest.json"}
     for stale in (out_dir / name).glob("*.json"):
         if stale.name not in kept:

@@ -9,13 +9,13 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance, SearchSpace
 from formulation.schema import read_json
 from instances.sample import best_single_domain, chain_plans
-from instances.suites import MAX_DOMAIN_SHARE, SUITES_DIR, Slot, suite_paths
+from instances.suites import MAX_DOMAIN_SHARE, SUITES_DIR, SuiteEntry, suite_paths
 
 QUICK = suite_paths("quick")
 BENCH = suite_paths("bench")
 
 
-def _slot(entry: dict) -> tuple[Slot, int]:
+def _suite_entry(entry: dict) -> tuple[SuiteEntry, int]:
     generator = dict(entry["generator"])
     seed = generator.pop("seed")
     generator["search"] = SearchSpace(**{k: tuple(v) if isinstance(v, list) else v
@@ -23,7 +23,7 @@ def _slot(entry: dict) -> tuple[Slot, int]:
     generator["gpu_range"] = tuple(generator["gpu_range"])
     generator["free_share_range"] = tuple(generator["free_share_range"])
     generator.pop("base_seed")
-    return Slot(**generator, base_seed=seed), seed
+    return SuiteEntry(**generator, base_seed=seed), seed
 
 
 def test_suite_sizes_and_domain_counts():
@@ -41,8 +41,8 @@ def test_manifest_regenerates_the_same_bytes(suite):
     """Each committed instance is exactly what the generator makes from its manifest entry."""
     manifest = read_json(SUITES_DIR / suite / "manifest.json", "manifest")
     for entry in manifest["instances"][:3]:
-        slot, seed = _slot(entry)
-        regenerated = slot.generate(seed)
+        suite_entry, seed = _suite_entry(entry)
+        regenerated = suite_entry.generate(seed)
         committed = Instance.load(SUITES_DIR / suite / entry["file"])
         assert regenerated.to_dict() == committed.to_dict()
 
