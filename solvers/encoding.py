@@ -64,7 +64,7 @@ class PlanEncoding:
     def decode(self, genes: np.ndarray) -> PlanBatch:
         genes = np.atleast_2d(np.asarray(genes, dtype=float))
         n = len(genes)
-        pair = _index(genes[:, 0], len(self.pairs))
+        pair = self.pair_indices(genes)
         stages = 1 + _index(genes[:, 1], self.max_stages)
         per_stage = genes[:, 2:].reshape(n, self.max_stages, GENES_PER_STAGE)
         real = np.arange(self.max_stages)[None, :] < stages[:, None]
@@ -76,6 +76,10 @@ class PlanEncoding:
         dp = np.array([r for r, _ in self.pairs])[pair]
         micro_batch = np.array([b for _, b in self.pairs])[pair]
         return PlanBatch.from_arrays(dp, micro_batch, domain, layers, tp, recompute)
+
+    def pair_indices(self, genes: np.ndarray) -> np.ndarray:
+        """Index into ``pairs`` of each genome's (dp, micro-batch) pair."""
+        return _index(np.atleast_2d(np.asarray(genes, dtype=float))[:, 0], len(self.pairs))
 
     # -- plans -> genes ------------------------------------------------------------------
     def encode(self, plan: Plan) -> np.ndarray:

@@ -120,8 +120,7 @@ def random_move(space: PlanEncoding, plan: Plan, rng: np.random.Generator) -> Pl
         relay = Stage(domain=domain if rng.random() < 0.5 else stages[j].domain, layers=1,
                       tp=int(rng.choice(sorted(space.tps)[:2])),
                       recompute=str(rng.choice(space.modes)))
-        stages[j] = dataclasses.replace(stages[j], layers=stages[j].layers - 1)
-        stages.insert(j + int(rng.integers(2)), relay)
+        return with_relay(plan, j, int(rng.integers(2)), relay)
     elif kind == "merge" and count > 1:
         k = j + 1 if j + 1 < count else j - 1
         stages[k] = dataclasses.replace(stages[k], layers=stages[k].layers + stages[j].layers)
@@ -135,7 +134,7 @@ def random_move(space: PlanEncoding, plan: Plan, rng: np.random.Generator) -> Pl
         dp, micro_batch = space.pairs[int(rng.integers(len(space.pairs)))]
         if all(s.tp * plan.dp % dp == 0 and s.tp * plan.dp // dp in space.tps for s in stages):
             stages = [dataclasses.replace(s, tp=s.tp * plan.dp // dp) for s in stages]
-        return Plan(dp=dp, micro_batch=micro_batch, stages=tuple(stages))
+        return dataclasses.replace(plan, dp=dp, micro_batch=micro_batch, stages=tuple(stages))
     elif kind == "swap" and count > 1:
         k = int(rng.integers(count))
         a, b = stages[j].domain, stages[k].domain
@@ -146,9 +145,22 @@ def random_move(space: PlanEncoding, plan: Plan, rng: np.random.Generator) -> Pl
     elif kind == "reverse":
         stages.reverse()
     elif kind == "relabel":
-        old = stages[j].domain
-        stages = [dataclasses.replace(s, domain=domain) if s.domain == old else s
-                  for s in stages]
+        return relabelled(plan, stages[j].domain, domain)
+    return dataclasses.replace(plan, stages=tuple(stages))
+
+
+def relabelled(plan: Plan, old: int, new: int) -> Plan:
+    """``plan`` with every stage in domain ``old`` moved to domain ``new``."""
+    return dataclasses.replace(plan, stages=tuple(
+        dataclasses.replace(s, domain=new) if s.domain == old else s for s in plan.stages))
+
+
+def with_relay(plan: Plan, j: int, side: int, relay: Stage) -> Plan:
+    """``plan`` with the one-layer stage ``relay`` inserted before (``side`` 0) or after
+    (1) stage ``j``, which gives it one of its layers."""
+    stages = list(plan.stages)
+    stages[j] = dataclasses.replace(stages[j], layers=stages[j].layers - 1)
+    stages.insert(j + side, relay)
     return dataclasses.replace(plan, stages=tuple(stages))
 
 
@@ -179,22 +191,16 @@ def structure_neighbours(space: PlanEncoding, plan: Plan) -> list[Plan]:
     for old in sorted({s.domain for s in stages}):
         for domain in range(space.num_domains):
             if domain != old:
-                out[dataclasses.replace(plan, stages=tuple(
-                    dataclasses.replace(s, domain=domain) if s.domain == old else s
-                    for s in stages))] = None
+                out[relabelled(plan, old, domain)] = None
     if len(stages) < space.max_stages:
+        relays = [Stage(domain=domain, layers=1, tp=tp, recompute=recompute)
+                  for domain in range(space.num_domains) for tp in sorted(space.tps)[:2]
+                  for recompute in space.modes]
         for j, stage in enumerate(stages):
-            if stage.layers < 2:
-                continue
-            shorter = dataclasses.replace(stage, layers=stage.layers - 1)
-            for side in (0, 1):
-                for domain in range(space.num_domains):
-                    for tp in sorted(space.tps)[:2]:
-                        for recompute in space.modes:
-                            relay = Stage(domain=domain, layers=1, tp=tp, recompute=recompute)
-                            new = [*stages[:j], shorter, *stages[j + 1:]]
-                            new.insert(j + side, relay)
-                            out[dataclasses.replace(plan, stages=tuple(new))] = None
+            if stage.layers >= 2:
+                for side in (0, 1):
+                    for relay in relays:
+                        out[with_relay(plan, j, side, relay)] = None
     out.pop(plan, None)
     return [p for p in out if space.covers(p)]
 

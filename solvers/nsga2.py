@@ -133,16 +133,17 @@ class PlanProblem(Problem):
         gpus = np.maximum(result.domain_gpus / np.maximum(self.free, 1) - 1, 0).max(axis=1)
         out["F"] = result.objectives
         out["G"] = (result.violation.sum(axis=1) + memory + gpus)[:, None]
-        objectives = np.concatenate([self.archive_objectives,
-                                     result.objectives[result.feasible]])
-        scored = np.asarray(genes)[result.feasible]
-        if self.polish:  # the archive keeps the plans that were scored
-            scored = np.array([self.encoding.encode(batch.plan(i))
-                               for i in np.flatnonzero(result.feasible)]
-                              ).reshape(-1, self.encoding.num_genes)
-        genes = np.concatenate([self.archive_genes, scored])
+        feasible = np.flatnonzero(result.feasible)
+        objectives = np.concatenate([self.archive_objectives, result.objectives[feasible]])
         keep = nondominated_mask(objectives)
-        self.archive_objectives, self.archive_genes = objectives[keep], genes[keep]
+        old = len(self.archive_objectives)
+        entering = feasible[keep[old:]]
+        # With the polish the archive keeps the plans that were scored, encoded only for
+        # those that enter it.
+        new = np.array([self.encoding.encode(batch.plan(i)) for i in entering]).reshape(
+            -1, self.encoding.num_genes) if self.polish else np.asarray(genes)[entering]
+        self.archive_objectives = objectives[keep]
+        self.archive_genes = np.concatenate([self.archive_genes[keep[:old]], new])
 
 
 class ResetMutation(Mutation):
@@ -208,8 +209,7 @@ class PairNiching(Survival):
         self.inner = RankAndCrowding()
 
     def _do(self, problem, pop, *args, random_state=None, n_survive=None, **kwargs):
-        pairs = len(problem.encoding.pairs)
-        pair = np.minimum((pop.get("X")[:, 0] * pairs).astype(np.int64), pairs - 1)
+        pair = problem.encoding.pair_indices(pop.get("X"))
         groups = [np.flatnonzero(pair == p) for p in np.unique(pair)]
         quota, left = [0] * len(groups), n_survive
         while left > 0:  # water-filling: equal shares, a small group's rest to the others
@@ -274,7 +274,7 @@ def nsga2_front(instance: Instance, settings: Nsga2Settings = Nsga2Settings(),
     ga_wall = time.perf_counter() - start
     descent = None
     if settings.descent and plans:
-        plans, objectives, descent = descend(encoding, plans, settings.descent, settings.near)
+        plans, _, descent = descend(encoding, plans, settings.descent, settings.near)
         problem.evaluations += descent.evaluations
     front = Front.from_plans(instance, plans, "heuristic")
     front.provenance = {
