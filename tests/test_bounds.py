@@ -75,3 +75,34 @@ def test_a_cost_cap_below_any_boundary_confines_plans_to_one_domain():
     for tables in all_pair_tables(instance):
         bounds = PairBounds(tables)
         assert bounds.period_floor(cost_cap=0.0) >= bounds.period_floor()
+
+
+def test_window_minimum_matches_the_naive_one():
+    from solvers.bounds import _window_min
+
+    rng = np.random.default_rng(7)
+    values = rng.normal(size=(3, 40))
+    for span in (1, 2, 3, 5, 8, 13, 40, 55):
+        naive = np.stack([values[:, max(0, l - span + 1):l + 1].min(axis=1)
+                          for l in range(values.shape[1])], axis=1)
+        assert np.array_equal(_window_min(values, span), naive)
+
+
+@pytest.mark.parametrize("case", CASES[1:3], ids=lambda c: f"k{c['domains']}-l{c['layers']}")
+def test_the_step_floor_finds_period_and_compute_together(case):
+    """The joint DP is never looser than the separate floors of the period and the other
+    terms, and on single-domain plans it is closer to the least step time."""
+    instance = tiny_instance(5, **case)
+    least = {(dp, b, gpus): step for (dp, b, gpus, cost), (_, step) in
+             _least_by_caps(instance).items() if cost == 0}
+    for tables in all_pair_tables(instance):
+        bounds = PairBounds(tables)
+        for (dp, b, gpus), step in least.items():
+            if (dp, b) != (tables.dp, tables.micro_batch):
+                continue
+            best = min(s for (d, m, n), s in least.items() if (d, m) == (dp, b) and n <= gpus)
+            branches = bounds._branches(gpus, 0.0)
+            embedding, rest = bounds._rest_floor
+            apart = min((tables.micro_batches - 1) * x.period + x.delays for x in branches) + rest
+            floor = bounds.step_floor(gpus, 0.0)
+            assert apart * (1 - 1e-9) <= floor <= best
