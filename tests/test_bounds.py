@@ -91,18 +91,21 @@ def test_window_minimum_matches_the_naive_one():
 @pytest.mark.parametrize("case", CASES[1:3], ids=lambda c: f"k{c['domains']}-l{c['layers']}")
 def test_the_step_floor_finds_period_and_compute_together(case):
     """The joint DP is never looser than the separate floors of the period and the other
-    terms, and on single-domain plans it is closer to the least step time."""
+    terms, and on single-domain plans it is closer to the least step time (in the median)."""
     instance = tiny_instance(5, **case)
     least = {(dp, b, gpus): step for (dp, b, gpus, cost), (_, step) in
              _least_by_caps(instance).items() if cost == 0}
+    joint, apart = [], []
     for tables in all_pair_tables(instance):
         bounds = PairBounds(tables)
-        for (dp, b, gpus), step in least.items():
+        for dp, b, gpus in least:
             if (dp, b) != (tables.dp, tables.micro_batch):
                 continue
             best = min(s for (d, m, n), s in least.items() if (d, m) == (dp, b) and n <= gpus)
             branches = bounds._branches(gpus, 0.0)
-            embedding, rest = bounds._rest_floor
-            apart = min((tables.micro_batches - 1) * x.period + x.delays for x in branches) + rest
-            floor = bounds.step_floor(gpus, 0.0)
-            assert apart * (1 - 1e-9) <= floor <= best
+            rest = bounds._rest_floor[1]
+            floor = min((tables.micro_batches - 1) * x.period + x.delays for x in branches) + rest
+            joint.append(best / bounds.step_floor(gpus, 0.0))
+            apart.append(best / floor)
+    assert min(joint) >= 1.0 and all(j <= a * (1 + 1e-9) for j, a in zip(joint, apart, strict=True))
+    assert np.median(joint) < np.median(apart)
