@@ -36,6 +36,7 @@ from evaluation.report import (
     preference_table,
     print_tables,
     quality_table,
+    reference_table,
     time_table,
     write_atomic,
     write_frame,
@@ -45,7 +46,13 @@ from evaluation.summary import kpi_frame, method_frame, preference_frame, units_
 from evaluation.units import EvaluationSettings, WorkUnit
 from formulation.instance import Instance
 from formulation.schema import CliParser, InputError, read_json, run_cli
-from instances.suites import SUITES_DIR, reference_front_path, suite_paths, suite_preferences
+from instances.suites import (
+    SUITES,
+    SUITES_DIR,
+    reference_front_path,
+    suite_paths,
+    suite_preferences,
+)
 from solvers.front import Front, command_line, versions
 
 DEFAULT_METHODS = ALL_METHODS
@@ -53,12 +60,12 @@ DEFAULT_METHODS = ALL_METHODS
 
 def suite_files(suite: str) -> tuple[list[tuple[Path, Path]], Path]:
     """(instance, reference front) pairs of a suite, and the directory of its manifest."""
-    if suite in ("quick", "bench"):
+    if suite in SUITES:
         return ([(path, reference_front_path(path)) for path in suite_paths(suite)],
                 SUITES_DIR / suite)
     directory = Path(suite)
     if not directory.is_dir():
-        raise InputError(f"--suite: {suite!r} is neither quick, bench nor a directory")
+        raise InputError(f"--suite: {suite!r} is neither one of {list(SUITES)} nor a directory")
     instances = sorted(p for p in directory.glob("*.json")
                        if p.name != "manifest.json" and not p.name.endswith(".front.json"))
     if not instances:
@@ -79,7 +86,7 @@ def suite_files(suite: str) -> tuple[list[tuple[Path, Path]], Path]:
 def _parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="python -m evaluation.pareto_coverage",
                        description="Score every method against the exact Pareto fronts.")
-    parser.add_argument("--suite", default="quick", help="quick, bench or a directory")
+    parser.add_argument("--suite", default="quick", help="quick, bench, full or a directory")
     parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
                         help=f"methods to score (default: all of {', '.join(ALL_METHODS)})")
     parser.add_argument("--out", type=Path, default=Path("results"))
@@ -190,7 +197,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     tables = [quality_table(methods_table, "", "(step time, GPUs, cost)"),
               quality_table(methods_table, "mfu_", "(step time, 1/MFU, cost)"),
               time_table(methods_table, settings.target_gap), preference_table(gaps),
-              kpi_table(kpis)]
+              kpi_table(kpis), reference_table(units_table)]
     if not args.quiet:
         print_tables(tables)
 

@@ -43,7 +43,8 @@ def units_frame(records: list[dict]) -> pd.DataFrame:
                     "intra_latency_median_s": float(np.median(r["intra_latency_s"]))
                     if r["intra_latency_s"] else math.nan,
                     "time_to_target_s": r["time_to_target_s"],
-                    "reference_wall_s": r["reference_wall_s"]})
+                    "reference_wall_s": r["reference_wall_s"],
+                    "reference_gap": r.get("reference_gap", math.nan)})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -148,6 +148,8 @@ def run_unit(unit: WorkUnit) -> dict:
         "model": instance.model.name, "method": unit.method, "seed": unit.seed,
         "reference_status": reference_front.status,
         "reference_points": len(reference_front.points),
+        "reference_gap": (math.nan if reference_front.largest_gap is None
+                          else reference_front.largest_gap),
         "reference_wall_s": reference_front.provenance.get("wall_time_s", math.nan),
         "points": points.tolist(), "reference": reference.objectives.tolist(),
         "decisions": outcome.decisions, "feasible": outcome.feasible,

@@ -1,10 +1,13 @@
 """The committed benchmark suites, rebuilt by one command:
 
-    python -m instances.suites [--suite quick|bench|all] [--out instances/suites]
+    python -m instances.suites [--suite quick|bench|full|all] [--out instances/suites]
 
 ``quick``: 6 instances, K = 5-8, small search spaces, sized so an exact front takes seconds.
 ``bench``: 24 instances, K in {5, 8, 10, 12, 16, 20} x models {7B, 13B, 70B} x the three
 topologies (aws-10 only up to its 10 regions).
+``full``: 12 instances, K = 5-20, the three topologies and 7B-70B, on the generator's full
+search space (dp 1-8, tp 1-8, micro-batch 1-4, every recompute mode, up to 8 stages): where
+the exact sweep does not finish, its fronts are best known, each point with its gap.
 
 Every instance must be one where cross-domain plans matter: no domain holds more than
 ``MAX_DOMAIN_SHARE`` of the free GPUs, and the best one-domain plan is at least
@@ -102,7 +105,12 @@ BENCH = [_entry(k, model, topology, BENCH_SEARCH, 1000 + 100 * i) for i, (k, mod
              (16, "70b", "cn-hubs"),
              (20, "70b", "cn-hubs"), (20, "7b", "cn-hubs"), (20, "13b", "random"),
              (20, "70b", "random")])]
-SUITES = {"quick": QUICK, "bench": BENCH}
+FULL = [_entry(k, model, topology, SearchSpace(), 5000 + 100 * i) for i, (k, model, topology) in
+        enumerate([(5, "7b", "random"), (5, "70b", "aws-10"), (6, "13b", "cn-hubs"),
+                   (8, "70b", "cn-hubs"), (8, "13b", "random"), (10, "70b", "aws-10"),
+                   (10, "7b", "cn-hubs"), (12, "70b", "random"), (16, "7b", "random"),
+                   (16, "70b", "cn-hubs"), (20, "13b", "random"), (20, "70b", "cn-hubs")])]
+SUITES = {"quick": QUICK, "bench": BENCH, "full": FULL}
 
 
 def admission(instance: Instance, seed: int) -> dict | None:
@@ -190,10 +198,10 @@ def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m instances.suites",
                        description="Regenerate the committed benchmark suites.")
-    parser.add_argument("--suite", choices=["quick", "bench", "all"], default="all")
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     parser.add_argument("--out", type=Path, default=SUITES_DIR)
     args = parser.parse_args(argv)
-    for name in (["quick", "bench"] if args.suite == "all" else [args.suite]):
+    for name in (list(SUITES) if args.suite == "all" else [args.suite]):
         print(f"suite {name}:")
         build_suite(name, args.out)
     return 0

@@ -4,6 +4,7 @@
                                   [--engines highs,cpsat] [--pair largest|smallest]
     python scripts/bench_exact.py --fronts instances/fronts/bench
     python scripts/bench_exact.py --scaleout INSTANCE.json [--units 4] [--time-limit S]
+    python scripts/bench_exact.py --symmetry
 
 The first form takes the first instance of each K in the suite, the tables of its largest
 (or smallest) (dp, micro-batch) pair, and times one min-step-time solve per engine in four
@@ -15,7 +16,9 @@ time found and the gap. The second form prints, for committed fronts, points, st
 solves, wall time and the largest per-point gap. The third computes one front cut into
 ``--units`` GPU intervals three ways, in this process and on a Dask ``LocalCluster`` of 1 and
 of 2 single-threaded worker processes, and prints each wall time, the speed-up of 2 workers
-over 1, and whether the fronts agree.
+over 1, and whether the fronts agree. The fourth counts, per committed suite, the pairs of
+interchangeable domains (equal free GPUs, intra-domain network and links to every other
+domain): symmetry breaking among identical domains can only pay where there are some.
 """
 
 import argparse
@@ -23,6 +26,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pyomo.environ as pyo
 
 from formulation.evaluator import evaluate_plans
@@ -134,6 +138,31 @@ def scaleout_table(path: Path, units: int, time_limit: float | None) -> None:
           f"{all(fronts_agree(f, base) for f in fronts.values())}")
 
 
+def interchangeable(instance: Instance) -> list[tuple[int, int]]:
+    """Pairs of domains that swapping leaves the instance unchanged (but for names)."""
+    links = instance.links
+    matrices = (links.bandwidth_gbps, links.latency_ms, links.price_per_gb)
+    pairs = []
+    for a in range(instance.num_domains):
+        for b in range(a + 1, instance.num_domains):
+            da, db = instance.domains[a], instance.domains[b]
+            if (da.free_gpus, da.intra_bandwidth_gbps, da.intra_latency_ms) != \
+                    (db.free_gpus, db.intra_bandwidth_gbps, db.intra_latency_ms):
+                continue
+            order = list(range(instance.num_domains))
+            order[a], order[b] = b, a
+            if all(np.array_equal(m, m[np.ix_(order, order)]) for m in matrices):
+                pairs.append((a, b))
+    return pairs
+
+
+def symmetry_table() -> None:
+    print(f"{'suite':>6} {'instances':>9} {'with a pair':>11} {'pairs':>6}")
+    for suite in SUITES:
+        counts = [len(interchangeable(Instance.load(path))) for path in suite_paths(suite)]
+        print(f"{suite:>6} {len(counts):>9} {sum(c > 0 for c in counts):>11} {sum(counts):>6}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="bench")
@@ -146,8 +175,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, action="append", help="only these K (repeatable)")
     parser.add_argument("--scaleout", type=Path, help="time one front on 1 and 2 Dask workers")
     parser.add_argument("--units", type=int, default=4, help="with --scaleout: GPU intervals")
+    parser.add_argument("--symmetry", action="store_true",
+                        help="count interchangeable domains in the committed suites")
     args = parser.parse_args()
-    if args.scaleout:
+    if args.symmetry:
+        symmetry_table()
+    elif args.scaleout:
         scaleout_table(args.scaleout, args.units, args.time_limit)
     elif args.fronts:
         front_table(args.fronts)

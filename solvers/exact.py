@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
 import sys
 import time
@@ -207,7 +208,9 @@ def exact_front(instance: Instance, engine: str = "portfolio", time_limit: float
     for result in results:
         stats.merge(SweepStats(**result["stats"]))
         engines.merge(_engine_stats(result["engines"]))
-    front = assemble(instance, states, seeds, stats)
+    floors = [PairBounds(tables) for tables in all_pair_tables(instance)]
+    front = assemble(instance, states, seeds, stats,
+                     lambda n, c: min((f.step_floor(n, c) for f in floors), default=math.inf))
     wall = previous["wall_time_s"] + time.perf_counter() - start
     front.provenance = {
         "command": command or f"solvers.exact.exact_front(engine={settings.engine!r})",
@@ -233,10 +236,11 @@ def exact_front(instance: Instance, engine: str = "portfolio", time_limit: float
 
 
 def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
-             stats: SweepStats) -> Front:
+             stats: SweepStats, floor: Callable[[float, float], float] | None = None) -> Front:
     """The front of the sweeps' candidates: ``exact`` if every interval is done and every
     step proven; else ``best_known``, with the seeds no candidate matched as heuristic
-    points, each bounded by the steps whose caps cover it."""
+    points, each bounded by the steps whose caps cover it and by ``floor(gpus, cost)``, a
+    certified lower bound on the step time of every plan under those caps."""
     candidates = sorted((c for s in states for c in s.candidates), key=lambda c: not c.proven)
     exact = all(s.done for s in states) and stats.unproven == 0 \
         and all(c.proven for c in candidates)
@@ -244,11 +248,19 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
     proofs = [("optimal" if c.proven else "unproven", c.bound) for c in candidates]
     if not exact and seeds:
         result = evaluate_plans(instance, seeds)
-        for plan, ok, (t, n, c) in zip(seeds, result.feasible, result.objectives, strict=True):
-            if ok:
-                covering = [x.bound for x in candidates if x.gpu_cap >= n and x.cost_cap >= c]
+        ok = result.feasible
+        found = np.array([(c.values.step_time_s, c.values.gpus, c.values.comm_cost)
+                          for c in candidates]).reshape(-1, 3)
+        # Only seeds that can end up on the front are bounded (a floor costs a DP).
+        kept = np.zeros(len(seeds), dtype=bool)
+        kept[ok] = ~dominated_by(result.objectives[ok], np.vstack([found, result.objectives[ok]]))
+        for plan, keep, (t, n, c) in zip(seeds, kept, result.objectives, strict=True):
+            if keep:
+                bounds = [x.bound for x in candidates if x.gpu_cap >= n and x.cost_cap >= c]
+                if floor is not None:
+                    bounds.append(floor(n, c))
                 plans.append(plan)
-                proofs.append(("heuristic", min(t, max(covering)) if covering else None))
+                proofs.append(("heuristic", min(t, max(bounds)) if bounds else None))
     front = Front.from_plans(instance, plans, "exact" if exact else "best_known",
                              proofs=proofs)
     if exact and seeds:

@@ -15,6 +15,7 @@ from formulation.instance import Instance, SearchSpace
 from formulation.result import evaluate
 from instances.suites import suite_paths
 from instances.tiny import tiny_instance
+from solvers.bounds import PairBounds
 from solvers.bruteforce import brute_force_front, enumerate_plans
 from solvers.certify import ModelMismatch, check_values
 from solvers.engine import ModelValues, SolveRequest, SolveStatus
@@ -199,6 +200,20 @@ def test_a_per_solve_limit_is_applied_and_labels_the_front():
     for point in front.points:  # incumbents and heuristic plans: real feasible plans
         assert evaluate(instance, point.plan).feasible
         assert point.status in ("unproven", "heuristic", "optimal")
+        # every point is bounded, a heuristic one at least by the pairs' floors
+        assert point.bound is not None and point.bound <= point.objectives[0] * (1 + 1e-9)
+
+
+def test_a_front_cut_before_any_step_bounds_its_heuristic_points_by_the_floors():
+    instance = Instance.load(suite_paths("quick")[0])
+    front = exact_front(instance, "cpsat", time_limit=1e-6, threads=1)
+    assert front.status == "best_known" and front.provenance["steps"] == 0
+    assert front.points and all(p.status == "heuristic" for p in front.points)
+    floors = [PairBounds(t) for t in all_pair_tables(instance)]
+    for point in front.points:
+        _, gpus, cost = point.objectives
+        assert point.bound == pytest.approx(min(f.step_floor(gpus, cost) for f in floors))
+        assert 0.0 <= point.gap < 1.0
 
 
 # -- scale-out and resuming ---------------------------------------------------------------

@@ -47,6 +47,11 @@ def test_writes_tables_report_and_plots(evaluated: Path, tiny_suite: Path):
         assert (f"| {method}" in report) == (method not in MISSING), method
     for kpi in KPIS:
         assert kpi.name in report
+    # what every instance was scored against: its front's status and largest gap
+    assert "### Reference fronts" in report
+    for instance, group in units.groupby("instance"):
+        assert f"| {instance} | {group['reference_status'].iloc[0]} |" in report
+        assert group["reference_gap"].nunique(dropna=False) == 1
     plots = sorted((evaluated / "plots").glob("*.png"))
     assert len(plots) == len(instances) + 2
     for plot in plots:
@@ -116,7 +121,7 @@ def test_missing_reference_front_is_a_clear_error(tiny_suite: Path, tmp_path: Pa
 @pytest.mark.parametrize(("args", "needle"), [
     (["--methods", "nsga3"], "unknown method 'nsga3'"),
     (["--methods", "hippo"], "hippo is not available"),
-    (["--suite", "nowhere"], "neither quick, bench nor a directory"),
+    (["--suite", "nowhere"], "is neither one of"),
     (["--workers", "0"], "--workers"),
     (["--hippo-polish", "-1"], "--hippo-polish"),
     (["--match", "no-such-instance"], "--match"),

@@ -13,6 +13,7 @@ from instances.suites import MAX_DOMAIN_SHARE, SUITES_DIR, SuiteEntry, suite_pat
 
 QUICK = suite_paths("quick")
 BENCH = suite_paths("bench")
+FULL = suite_paths("full")
 
 
 def _suite_entry(entry: dict) -> tuple[SuiteEntry, int]:
@@ -36,7 +37,16 @@ def test_suite_sizes_and_domain_counts():
     assert {i.name.split("-k")[0] for i in bench} == {"random", "cn-hubs", "aws-10"}
 
 
-@pytest.mark.parametrize("suite", ["quick", "bench"])
+def test_the_full_suite_spans_the_generators_whole_space():
+    full = [Instance.load(p) for p in FULL]
+    assert len(full) == 12
+    assert min(i.num_domains for i in full) == 5 and max(i.num_domains for i in full) == 20
+    assert {i.model.name for i in full} == {"llama2-7b", "llama2-13b", "llama2-70b"}
+    assert {i.name.split("-k")[0] for i in full} == {"random", "cn-hubs", "aws-10"}
+    assert all(i.search == SearchSpace() for i in full)
+
+
+@pytest.mark.parametrize("suite", ["quick", "bench", "full"])
 def test_manifest_regenerates_the_same_bytes(suite):
     """Each committed instance is exactly what the generator makes from its manifest entry."""
     manifest = read_json(SUITES_DIR / suite / "manifest.json", "manifest")
