@@ -98,16 +98,17 @@ def front_table(directory: Path) -> None:
         front = json.loads(path.read_text())
         instance = Instance.load(instances[front["instance"]])
         rows.append((instance.num_domains, front["instance"], front))
-    print(f"{'K':>3} {'front':34} {'points':>6} {'status':>10} {'solves':>6} {'unproven':>8} "
-          f"{'wall s':>8} {'s/point':>8} {'max gap':>9}")
+    print(f"{'K':>3} {'front':34} {'points':>6} {'status':>10} {'steps':>5} {'solves':>6} "
+          f"{'unproven':>8} {'wall s':>8} {'s/point':>8} {'med gap':>9} {'max gap':>9}")
     for k, name, front in sorted(rows, key=lambda row: (row[0], row[1])):
         provenance, points = front["provenance"], len(front["points"])
-        gap = provenance.get("largest_gap")
-        gap = f"{gap:9.2e}" if gap is not None else f"{'-':>9}"
+        gaps = [p["gap"] for p in front["points"] if p.get("gap") is not None]
+        median, largest = (f"{np.median(gaps):9.2e}", f"{max(gaps):9.2e}") if gaps \
+            else (f"{'-':>9}", f"{'-':>9}")
         print(f"{k:>3} {name:34} {points:>6} {front['status']:>10} "
-              f"{provenance['sweep']['solves']:>6} {provenance['unproven_steps']:>8} "
-              f"{provenance['wall_time_s']:8.1f} {provenance['wall_time_s'] / max(1, points):8.1f}"
-              f" {gap}")
+              f"{provenance.get('steps', 0):>5} {provenance['sweep']['solves']:>6} "
+              f"{provenance['unproven_steps']:>8} {provenance['wall_time_s']:8.1f} "
+              f"{provenance['wall_time_s'] / max(1, points):8.1f} {median} {largest}")
 
 
 def scaleout_table(path: Path, units: int, time_limit: float | None) -> None:

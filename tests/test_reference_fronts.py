@@ -26,7 +26,7 @@ def _load(path: Path) -> tuple[Instance, Front]:
     return instance, Front.load(path, instance)
 
 
-@pytest.mark.parametrize("suite", ["quick", "bench"])
+@pytest.mark.parametrize("suite", ["quick", "bench", "full"])
 def test_every_suite_instance_has_a_front(suite):
     fronts = {p.name.replace(".front.json", "") for p in FRONTS if p.parent.name == suite}
     assert fronts == {p.stem for p in suite_paths(suite)}
