@@ -1,17 +1,18 @@
 """Score every method against the exact Pareto fronts: the project's main job.
 
-    python -m evaluation.pareto_coverage [--suite quick|bench|DIR] [--methods NAME ...]
+    python -m evaluation.pareto_coverage [--suite quick|bench|full|DIR] [--methods NAME ...]
         [--out DIR] [--workers N] [--scheduler ADDRESS] [--seeds N] [--repeats N]
         [--generations N] [--population N] [--descent N] [--target-gap G] [--match TEXT]
         [--quiet]
 
-A suite is ``quick`` or ``bench`` (committed instances and exact fronts) or a directory of
-instance JSON files, each with its reference front beside it (``NAME.front.json``) or in
-``fronts/``. Each (instance, method, seed) is one work unit (:mod:`evaluation.units`); units
-run in a local process pool (``--workers``, default: one per CPU) or on a Dask cluster
-(``--scheduler``). Written into ``--out`` (default ``results/``): ``units``, ``methods``,
-``preferences``, ``kpis`` and ``points`` as CSV and Parquet, ``records.json`` (everything,
-including latencies and anytime logs), ``report.md`` and PNG plots in ``plots/``.
+A suite is ``quick``, ``bench`` or ``full`` (committed instances and reference fronts) or a
+directory of instance JSON files, each with its reference front beside it
+(``NAME.front.json``) or in ``fronts/``. Each (instance, method, seed) is one work unit
+(:mod:`evaluation.units`); units run in a local process pool (``--workers``, default: one
+per CPU) or on a Dask cluster (``--scheduler``). Written into ``--out`` (default
+``results/``): ``units``, ``methods``, ``preferences``, ``kpis`` and ``points`` as CSV and
+Parquet, ``records.json`` (everything, including latencies and anytime logs), ``report.md``
+and PNG plots in ``plots/``.
 """
 
 from __future__ import annotations

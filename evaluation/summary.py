@@ -44,7 +44,7 @@ def units_frame(records: list[dict]) -> pd.DataFrame:
                     if r["intra_latency_s"] else math.nan,
                     "time_to_target_s": r["time_to_target_s"],
                     "reference_wall_s": r["reference_wall_s"],
-                    "reference_gap": r.get("reference_gap", math.nan)})
+                    "reference_gap": r["reference_gap"]})
         rows.append(row)
     return pd.DataFrame(rows)
 

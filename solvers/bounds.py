@@ -245,9 +245,9 @@ class PairBounds:
         unbounded = float(self._least_compute(math.inf, largest)[b])
         if math.isinf(unbounded) or math.isinf(low):
             return math.inf
-        first = max(0, int(np.searchsorted(cands, low, side="right")) - 1)
-        if periods == 0:
+        if periods == 0:  # one micro-batch: the period is not in the step time
             return unbounded
+        first = max(0, int(np.searchsorted(cands, low, side="right")) - 1)
         best = periods * max(low, float(cands[first])) + least(first)
         # No candidate whose period term alone, with the least compute, reaches best.
         last = int(np.searchsorted(cands, (best - unbounded) / periods, side="left"))

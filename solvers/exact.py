@@ -208,7 +208,8 @@ def exact_front(instance: Instance, engine: str = "portfolio", time_limit: float
     for result in results:
         stats.merge(SweepStats(**result["stats"]))
         engines.merge(_engine_stats(result["engines"]))
-    floors = [PairBounds(tables) for tables in all_pair_tables(instance)]
+    all_tables = all_pair_tables(instance)
+    floors = [PairBounds(tables) for tables in all_tables]
     front = assemble(instance, states, seeds, stats,
                      lambda n, c: min((f.step_floor(n, c) for f in floors), default=math.inf))
     wall = previous["wall_time_s"] + time.perf_counter() - start
@@ -218,7 +219,7 @@ def exact_front(instance: Instance, engine: str = "portfolio", time_limit: float
         "parameters": {**dataclasses.asdict(settings),
                        "workers": workers, "scheduler": scheduler,
                        "tolerance": TOLERANCE,
-                       "pairs": [[t.dp, t.micro_batch] for t in all_pair_tables(instance)]},
+                       "pairs": [[t.dp, t.micro_batch] for t in all_tables]},
         "wall_time_s": round(wall, 3), "runs": previous["runs"] + 1,
         "complete": all(s.done for s in states),
         "intervals": [[s.low, s.high, s.done] for s in states],

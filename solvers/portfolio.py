@@ -24,23 +24,23 @@ from solvers.engine import EngineStatistics, Solve, SolveRequest, SolveStatus
 from solvers.highs import HighsEngine
 from solvers.tables import PairTables
 
-CPSAT_BUDGET_S = 20.0
+FIRST_TURN_S = 20.0  # each engine's first turn; later turns double it
 
 
 class PortfolioEngine:
     name = "portfolio"
 
-    def __init__(self, tables: PairTables, threads: int = 2, budget_s: float = CPSAT_BUDGET_S):
+    def __init__(self, tables: PairTables, threads: int = 2, first_turn_s: float = FIRST_TURN_S):
         self.tables = tables
         self.cpsat = CpSatEngine(tables, threads=threads)
         self.highs = HighsEngine(tables, threads=threads)
-        self.budget_s = budget_s
+        self.first_turn_s = first_turn_s
         self.statistics = EngineStatistics()
 
     def solve(self, request: SolveRequest) -> Solve:
         start = time.perf_counter()
         limit = request.time_limit
-        turn, best, bounds = self.budget_s, None, []
+        turn, best, bounds = self.first_turn_s, None, []
         while True:
             for engine in (self.cpsat, self.highs):
                 left = None if limit is None else limit - (time.perf_counter() - start)

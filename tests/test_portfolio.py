@@ -48,7 +48,7 @@ def portfolio(monkeypatch):
     monkeypatch.setattr("solvers.portfolio.time", Clock)
     Clock.now = 0.0
     tables = pair_tables(tiny_instance(1, domains=3, layers=6), 1, 1)
-    return PortfolioEngine(tables, budget_s=2.0)
+    return PortfolioEngine(tables, first_turn_s=2.0)
 
 
 def test_turns_double_and_start_from_the_best_incumbent(portfolio):
