@@ -2,7 +2,8 @@
 
     python scripts/bench_heuristics.py [--suite quick|bench] [--seeds 3] [--generations 100]
                                        [--population 100] [--mutation structure|reset|...]
-                                       [--descent 100] [--methods nsga2,single-domain,...]
+                                       [--descent 100] [--islands 1]
+                                       [--methods nsga2,single-domain,...]
                                        [--match TEXT]
 
 Per instance and method: front points, wall time, coverage at 2 % (the share of reference
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=Nsga2Settings.population)
     parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation)
     parser.add_argument("--descent", type=int, default=Nsga2Settings.descent)
+    parser.add_argument("--islands", type=int, default=Nsga2Settings.islands,
+                        help="NSGA-II searches per run, one process each")
     parser.add_argument("--methods", default=",".join(["nsga2", *METHODS]))
     parser.add_argument("--match", action="append", default=[])
     args = parser.parse_args()
@@ -66,8 +69,10 @@ def main() -> None:
                 start = time.perf_counter()
                 if method == "nsga2":
                     settings = Nsga2Settings(population=args.population,
-                                             generations=args.generations, seed=seed,
-                                             mutation=args.mutation, descent=args.descent)
+                                             generations=args.generations,
+                                             seed=seed * args.islands,
+                                             mutation=args.mutation, descent=args.descent,
+                                             islands=args.islands)
                     front = nsga2_front(instance, settings, reference.normalisation)
                 else:
                     front = baseline_front(instance, method)

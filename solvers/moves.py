@@ -14,9 +14,12 @@ shares at random rarely meets the right split of a structure it finds. So:
   scored in one call of the batched evaluator.
 - :func:`random_move`: one random structural change (names in ``MOVES``), for mutation.
 - :func:`structure_neighbours`: the local-search neighbourhood
-  (:func:`solvers.local_search.neighbours`) plus relay stages and domain relabels.
+  (:func:`solvers.local_search.neighbours`) plus relay stages, domain relabels, halves
+  across a WAN and option trades between stages.
+- :func:`remaps`: a plan's domains mapped onto other domains all at once.
 - :func:`descend`: Pareto local search from a set of plans: each archived plan is expanded
-  once (its structure neighbours, layer-polished), the archive keeps the non-dominated
+  once (its structure neighbours and its closest remaps, layer-polished; a neighbour that
+  breaks only the memory limit is polished too), the archive keeps the non-dominated
   plans, and plans within ``near`` of the archive's step time are expanded too, so that a
   chain of moves through slightly worse structures is open.
 """
@@ -24,12 +27,13 @@ shares at random rarely meets the right split of a structure it finds. So:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from formulation.batch import PlanBatch
-from formulation.evaluator import evaluate_batch
+from formulation.evaluator import VIOLATIONS, evaluate_batch
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from solvers.encoding import PlanEncoding
@@ -43,14 +47,21 @@ POLISH_ROUNDS = 50
 POLISH_GAP = 0.6
 """The descent polishes a neighbour only if its own split is within this relative step
 time of the archive."""
+REMAP_LIMIT = 8000
+"""Most domain remaps of one plan the descent scores (:func:`remaps`)."""
+REMAP_GAP = 0.1
+"""The descent polishes a remap only if its own split is within this relative step time of
+the archive, and at most ``REMAP_POLISHED`` of them per expansion, closest first."""
+REMAP_POLISHED = 32
 MOVES = ("domain", "option", "relay", "merge", "split", "pair", "swap", "relabel", "halve",
-         "reverse")
+         "reverse", "trade")
 """Kinds of :func:`random_move`: a stage to another domain; another (tp, recompute) option;
 a one-layer relay stage inserted beside a stage; two adjacent stages merged; a stage split
 in two; another (dp, micro-batch) pair (tp regrouped on the same GPUs where it divides);
 two stages' domains swapped; every stage of one domain moved to another; a stage split in
 two of half its tp (the same GPUs); the pipeline reversed (the embedding and the head
-change ends)."""
+change ends); two stages' (tp, recompute) traded (earlier stages hold more micro-batches'
+activations, so which stage gets the larger tp or the recompute matters)."""
 
 
 def polish_layers(instance: Instance, batch: PlanBatch, rounds: int = POLISH_ROUNDS
@@ -140,6 +151,11 @@ def random_move(space: PlanEncoding, plan: Plan, rng: np.random.Generator) -> Pl
         a, b = stages[j].domain, stages[k].domain
         stages[j], stages[k] = (dataclasses.replace(stages[j], domain=b),
                                 dataclasses.replace(stages[k], domain=a))
+    elif kind == "trade" and count > 1:
+        k = int(rng.integers(count))
+        stages[j], stages[k] = (
+            dataclasses.replace(stages[j], tp=stages[k].tp, recompute=stages[k].recompute),
+            dataclasses.replace(stages[k], tp=stages[j].tp, recompute=stages[j].recompute))
     elif kind == "halve":
         return halved(space, plan, j) or plan
     elif kind == "reverse":
@@ -176,18 +192,39 @@ def halved(space: PlanEncoding, plan: Plan, j: int) -> Plan | None:
     return dataclasses.replace(plan, stages=(*plan.stages[:j], *pair, *plan.stages[j + 1:]))
 
 
+def _in_domain(plan: Plan, j: int, domain: int) -> Plan:
+    stages = list(plan.stages)
+    stages[j] = dataclasses.replace(stages[j], domain=domain)
+    return dataclasses.replace(plan, stages=tuple(stages))
+
+
 def structure_neighbours(space: PlanEncoding, plan: Plan) -> list[Plan]:
     """:func:`~solvers.local_search.neighbours` plus every one-layer relay stage (either side
     of a stage, any domain, the two smallest tp, any recompute mode), every relabel of one
-    domain's stages to another domain, every stage halved in tp and the reversed pipeline;
+    domain's stages to another domain, every stage halved in tp (either half in any domain),
+    every two stages' (tp, recompute) traded, with and without their layers, and the
+    reversed pipeline;
     within the encoded space, without repeats and without ``plan``."""
     out = dict.fromkeys(neighbours(space.instance, plan))
     stages = list(plan.stages)
     out[dataclasses.replace(plan, stages=tuple(reversed(stages)))] = None
     for j in range(len(stages)):
         split = halved(space, plan, j)
-        if split is not None:
+        if split is not None:  # and either half in any domain: a stage split across a WAN
             out[split] = None
+            for half in (j, j + 1):
+                for domain in range(space.num_domains):
+                    out[_in_domain(split, half, domain)] = None
+        for k in range(j + 1, len(stages)):  # two stages trade their (tp, recompute)
+            traded = list(stages)
+            traded[j] = dataclasses.replace(stages[j], tp=stages[k].tp,
+                                            recompute=stages[k].recompute)
+            traded[k] = dataclasses.replace(stages[k], tp=stages[j].tp,
+                                            recompute=stages[j].recompute)
+            out[dataclasses.replace(plan, stages=tuple(traded))] = None
+            traded[j] = dataclasses.replace(traded[j], layers=stages[k].layers)
+            traded[k] = dataclasses.replace(traded[k], layers=stages[j].layers)
+            out[dataclasses.replace(plan, stages=tuple(traded))] = None  # and their layers
     for old in sorted({s.domain for s in stages}):
         for domain in range(space.num_domains):
             if domain != old:
@@ -203,6 +240,28 @@ def structure_neighbours(space: PlanEncoding, plan: Plan) -> list[Plan]:
                         out[with_relay(plan, j, side, relay)] = None
     out.pop(plan, None)
     return [p for p in out if space.covers(p)]
+
+
+def remaps(space: PlanEncoding, plan: Plan) -> list[Plan]:
+    """``plan`` with its domains mapped onto other domains all at once: every map of its
+    distinct domains to domains (two may merge) where there are at most ``REMAP_LIMIT``,
+    else every map of each two of its domains (the others stay). A structure found on one
+    set of domains is often best on another (links and free GPUs differ), and reaching that
+    set one relabel at a time passes through plans far off the front; one remap is a few
+    thousand plans, which the batched evaluator scores in milliseconds."""
+    used = list(dict.fromkeys(s.domain for s in plan.stages))
+    k = space.num_domains
+    groups = [used] if k ** len(used) <= REMAP_LIMIT else \
+        [list(g) for g in itertools.combinations(used, 2)]
+    out: dict[Plan, None] = {}
+    for group in groups:
+        for image in itertools.product(range(k), repeat=len(group)):
+            mapping = dict(zip(group, image, strict=True))
+            out[dataclasses.replace(plan, stages=tuple(
+                dataclasses.replace(s, domain=mapping.get(s.domain, s.domain))
+                for s in plan.stages))] = None
+    out.pop(plan, None)
+    return list(out)
 
 
 def step_time_gaps(values: np.ndarray, front: np.ndarray) -> np.ndarray:
@@ -261,20 +320,36 @@ def descend(space: PlanEncoding, plans: list[Plan], expansions: int, near: float
         plan = todo[0]
         expanded.add(plan)
         stats.expansions += 1
-        candidates = structure_neighbours(space, plan)
-        if not candidates:
+        front = np.array(list(archive.values()))
+        # Only neighbours whose own split is already close to the archive are polished (the
+        # polish is most of the cost; a move rarely gains more from it).
+        chosen = [*_closest(space, structure_neighbours(space, plan), front, POLISH_GAP, None,
+                            stats),
+                  *_closest(space, remaps(space, plan), front, REMAP_GAP, REMAP_POLISHED,
+                            stats)]
+        if not chosen:
             continue
-        stats.evaluations += len(candidates)
-        batch = PlanBatch.from_plans(candidates, space.max_stages)
-        raw = evaluate_batch(instance, batch)
-        # Only candidates whose own split is already within POLISH_GAP of the archive are
-        # polished (the polish is most of the cost; a move rarely gains more from it).
-        promising = np.flatnonzero(raw.feasible & (step_time_gaps(
-            raw.objectives, np.array(list(archive.values()))) <= POLISH_GAP))
-        if not len(promising):
-            continue
-        batch = polish_layers(instance, batch.take(promising))
+        batch = polish_layers(instance, PlanBatch.from_plans(chosen, space.max_stages))
         result = evaluate_batch(instance, batch)
         feasible = np.flatnonzero(result.feasible)
         merge([batch.plan(i) for i in feasible], result.objectives[feasible])
     return list(archive), np.array(list(archive.values())).reshape(-1, 3), stats
+
+
+def _closest(space: PlanEncoding, plans: list[Plan], front: np.ndarray, gap: float,
+             most: int | None, stats: DescentStats) -> list[Plan]:
+    """The ``plans`` within ``gap`` relative step time of ``front``, at most ``most`` of them
+    (closest first, ties in the given order); feasible ones, or ones that break only the
+    memory limit, which the polish may mend by moving layers (a stage halved in tp is often
+    such a plan)."""
+    if not plans:
+        return []
+    stats.evaluations += len(plans)
+    raw = evaluate_batch(space.instance, PlanBatch.from_plans(plans, space.max_stages))
+    others = np.delete(raw.violation, VIOLATIONS.index("memory"), axis=1)
+    mendable = ~others.any(axis=1)
+    gaps = np.where(mendable, step_time_gaps(raw.objectives, front), np.inf)
+    keep = np.flatnonzero(gaps <= gap)
+    if most is not None:
+        keep = keep[np.argsort(gaps[keep], kind="stable")][:most]
+    return [plans[i] for i in keep]

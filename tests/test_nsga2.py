@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +17,20 @@ from pymoo.core.population import Population
 from formulation.batch import PlanBatch
 from formulation.evaluator import evaluate_batch, evaluate_plans
 from formulation.instance import Instance
+from formulation.plan import Plan, Stage
 from instances.sample import feasible_sample
 from instances.suites import reference_front_path, suite_paths
 from solvers.encoding import PlanEncoding, split_by_shares
 from solvers.front import Front, dominated_by, nondominated_mask, normalised_hypervolume
-from solvers.moves import descend, polish_layers, random_move, structure_neighbours
+from solvers.moves import (
+    REMAP_LIMIT,
+    descend,
+    halved,
+    polish_layers,
+    random_move,
+    remaps,
+    structure_neighbours,
+)
 from solvers.nsga2 import (
     Nsga2Settings,
     PairNiching,
@@ -166,6 +176,41 @@ def test_moves_stay_in_the_encoded_space(instance):
         assert sum(s.layers for s in plan.stages) == instance.model.layers
 
 
+def test_remaps_move_every_domain_of_a_plan_at_once(instance):
+    encoding = PlanEncoding(instance)
+    k = instance.num_domains
+    for plan in feasible_sample(instance, 30, seed=10):
+        used = list(dict.fromkeys(s.domain for s in plan.stages))
+        found = remaps(encoding, plan)
+        assert plan not in found and len(set(found)) == len(found)
+        for other in found:  # only domains change, and stages of one domain stay together
+            assert [(s.layers, s.tp, s.recompute) for s in other.stages] == \
+                [(s.layers, s.tp, s.recompute) for s in plan.stages]
+            image = {}
+            for a, b in zip(plan.stages, other.stages, strict=True):
+                assert image.setdefault(a.domain, b.domain) == b.domain
+        if k ** len(used) <= REMAP_LIMIT:
+            assert len(found) == k ** len(used) - 1  # every map of its domains
+
+
+def test_the_neighbourhood_trades_options_and_splits_across_domains(instance):
+    encoding = PlanEncoding(instance)
+    layers, (low, high) = instance.model.layers, (min(encoding.tps), max(encoding.tps))
+    plan = Plan(dp=1, micro_batch=1, stages=(Stage(0, layers - 10, high, "none"),
+                                             Stage(1, 10, low, encoding.modes[-1])))
+    found = set(structure_neighbours(encoding, plan))
+    a, b = plan.stages[0], plan.stages[1]
+    if (a.tp, a.recompute) != (b.tp, b.recompute):
+        traded = (replace(a, tp=b.tp, recompute=b.recompute),
+                  replace(b, tp=a.tp, recompute=a.recompute), *plan.stages[2:])
+        assert replace(plan, stages=traded) in found
+    j = next(j for j in range(plan.num_stages) if halved(encoding, plan, j))
+    split = halved(encoding, plan, j)
+    moved = replace(split.stages[j + 1],
+                    domain=(split.stages[j].domain + 1) % instance.num_domains)
+    assert replace(split, stages=(*split.stages[:j + 1], moved, *split.stages[j + 2:])) in found
+
+
 def test_the_descent_only_improves_on_its_start(instance):
     encoding = PlanEncoding(instance)
     start = feasible_sample(instance, 30, seed=9)
@@ -201,6 +246,20 @@ def test_pair_niching_keeps_every_pair_of_the_population(instance):
     assert len(survivors) == 30 and len(set(pairs)) > 1
     assert set(kept) == set(pairs)  # no pair dies out
     assert kept.count(crowded) == 30 - 3 * (len(set(pairs)) - 1)
+
+
+def test_islands_search_apart_and_descend_from_their_union(instance):
+    two = Nsga2Settings(population=30, generations=10, seed=3, descent=10, islands=2)
+    front = nsga2_front(instance, two)
+    assert len(front.provenance["island_wall_time_s"]) == 2
+    again = nsga2_front(instance, two)
+    assert [p.objectives for p in front.points] == [p.objectives for p in again.points]
+    # the union holds what each island found alone: the front matches or dominates both
+    for seed in (3, 4):
+        alone = nsga2_front(instance, Nsga2Settings(population=30, generations=10, seed=seed,
+                                                    descent=0))
+        assert all(np.any(np.all(front.objectives <= row * (1 + 1e-12), axis=1))
+                   for row in alone.objectives)
 
 
 def test_the_first_population_holds_the_baselines_plans(instance):
