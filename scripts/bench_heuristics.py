@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(["nsga2", *METHODS]))
     parser.add_argument("--match", action="append", default=[])
     args = parser.parse_args()
+    if args.islands < 1:
+        parser.error("--islands must be >= 1")
     methods = args.methods.split(",")
     summary: dict[str, list[tuple[float, float, float, int]]] = defaultdict(list)
     print(f"{'instance':32} {'method':13} {'pts':>4} {'wall s':>7} {'cov 2%':>6} "

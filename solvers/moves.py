@@ -123,7 +123,7 @@ def random_move(space: PlanEncoding, plan: Plan, rng: np.random.Generator) -> Pl
     j = int(rng.integers(count))
     domain = int(rng.integers(space.num_domains))
     if kind == "domain":
-        stages[j] = dataclasses.replace(stages[j], domain=domain)
+        return in_domain(plan, j, domain)
     elif kind == "option":
         stages[j] = dataclasses.replace(stages[j], tp=int(rng.choice(space.tps)),
                                         recompute=str(rng.choice(space.modes)))
@@ -152,10 +152,7 @@ def random_move(space: PlanEncoding, plan: Plan, rng: np.random.Generator) -> Pl
         stages[j], stages[k] = (dataclasses.replace(stages[j], domain=b),
                                 dataclasses.replace(stages[k], domain=a))
     elif kind == "trade" and count > 1:
-        k = int(rng.integers(count))
-        stages[j], stages[k] = (
-            dataclasses.replace(stages[j], tp=stages[k].tp, recompute=stages[k].recompute),
-            dataclasses.replace(stages[k], tp=stages[j].tp, recompute=stages[j].recompute))
+        return traded(plan, j, int(rng.integers(count)))
     elif kind == "halve":
         return halved(space, plan, j) or plan
     elif kind == "reverse":
@@ -192,9 +189,22 @@ def halved(space: PlanEncoding, plan: Plan, j: int) -> Plan | None:
     return dataclasses.replace(plan, stages=(*plan.stages[:j], *pair, *plan.stages[j + 1:]))
 
 
-def _in_domain(plan: Plan, j: int, domain: int) -> Plan:
+def in_domain(plan: Plan, j: int, domain: int) -> Plan:
+    """``plan`` with stage ``j`` moved to ``domain``."""
     stages = list(plan.stages)
     stages[j] = dataclasses.replace(stages[j], domain=domain)
+    return dataclasses.replace(plan, stages=tuple(stages))
+
+
+def traded(plan: Plan, j: int, k: int, with_layers: bool = False) -> Plan:
+    """``plan`` with stages ``j`` and ``k`` trading their (tp, recompute), and their layers
+    too if ``with_layers``; each keeps its domain."""
+    stages = list(plan.stages)
+    a, b = stages[j], stages[k]
+    stages[j] = dataclasses.replace(a, tp=b.tp, recompute=b.recompute,
+                                    layers=b.layers if with_layers else a.layers)
+    stages[k] = dataclasses.replace(b, tp=a.tp, recompute=a.recompute,
+                                    layers=a.layers if with_layers else b.layers)
     return dataclasses.replace(plan, stages=tuple(stages))
 
 
@@ -214,17 +224,10 @@ def structure_neighbours(space: PlanEncoding, plan: Plan) -> list[Plan]:
             out[split] = None
             for half in (j, j + 1):
                 for domain in range(space.num_domains):
-                    out[_in_domain(split, half, domain)] = None
-        for k in range(j + 1, len(stages)):  # two stages trade their (tp, recompute)
-            traded = list(stages)
-            traded[j] = dataclasses.replace(stages[j], tp=stages[k].tp,
-                                            recompute=stages[k].recompute)
-            traded[k] = dataclasses.replace(stages[k], tp=stages[j].tp,
-                                            recompute=stages[j].recompute)
-            out[dataclasses.replace(plan, stages=tuple(traded))] = None
-            traded[j] = dataclasses.replace(traded[j], layers=stages[k].layers)
-            traded[k] = dataclasses.replace(traded[k], layers=stages[j].layers)
-            out[dataclasses.replace(plan, stages=tuple(traded))] = None  # and their layers
+                    out[in_domain(split, half, domain)] = None
+        for k in range(j + 1, len(stages)):
+            out[traded(plan, j, k)] = None
+            out[traded(plan, j, k, with_layers=True)] = None
     for old in sorted({s.domain for s in stages}):
         for domain in range(space.num_domains):
             if domain != old:
