@@ -203,7 +203,12 @@ class PairPool:
                 self.stats.proofs[certified.proof.value] = \
                     self.stats.proofs.get(certified.proof.value, 0) + 1
                 plan, values = solve.plan, solve.values
-                if certified.proven:
+                if certified.optimum is not None:  # the least step time, above the cap
+                    optimum = certified.optimum
+                    self.memo[i].append(Memo(gpu_cap, cost_cap, NO_CAP, optimum.plan,
+                                             optimum.values))
+                    floors.append(optimum.values.step_time_s)
+                elif certified.proven:
                     self.memo[i].append(Memo(gpu_cap, cost_cap, cutoff, plan, values))
                     floors.append(cutoff if solve.status == SolveStatus.INFEASIBLE
                                   else values.step_time_s)

@@ -125,6 +125,59 @@ def test_infeasible_claims_are_confirmed_and_optimal_ones_bound_checked(tables):
     assert optimum.proof == Proof.BOUND
     below = cert.solve(SolveRequest(step_cap=optimum.solve.values.step_time_s * (1 - 1e-4)))
     assert below.status == SolveStatus.INFEASIBLE
-    assert below.proof in (Proof.CONFIRMED, Proof.FLOOR)
+    assert below.proof in (Proof.CONFIRMED, Proof.FLOOR, Proof.ABOVE_CAP)
     if below.proof == Proof.CONFIRMED:
         assert cert.confirmers["cpsat"].statistics.solves >= 1
+
+
+class CapLiar:
+    """Calls every request with a step cap infeasible; answers the rest with ``uncapped``
+    (a real engine, or a fixed solve)."""
+
+    def __init__(self, tables, uncapped):
+        self.name, self.tables, self.uncapped = "cpsat", tables, uncapped
+        self.statistics = EngineStatistics()
+        self.requests: list[SolveRequest] = []
+
+    def solve(self, request: SolveRequest) -> Solve:
+        self.requests.append(request)
+        if request.step_cap is not None:
+            return Solve(SolveStatus.INFEASIBLE, None, None, None, None, 1.0, self.name)
+        if isinstance(self.uncapped, Solve):
+            return dataclasses.replace(self.uncapped, engine=self.name)
+        return dataclasses.replace(self.uncapped.solve(request), engine=self.name)
+
+
+def test_an_infeasible_claim_under_a_step_cap_is_proven_by_the_bound_without_it(tables):
+    truth = HighsEngine(tables).solve(SolveRequest())
+    cap = truth.values.step_time_s * (1 - 1e-4)
+    cert = certifier(tables, CapLiar(tables, HighsEngine(tables)))
+    assert cert.bounds.step_floor() < cap  # else the floor alone would prove it
+    result = cert.solve(SolveRequest(step_cap=cap))
+    assert result.status == SolveStatus.INFEASIBLE and result.proof == Proof.ABOVE_CAP
+    assert not cert.confirmers  # no confirming engine was needed
+    # The relaxed solve was a proven optimum: the sweep remembers it for tighter caps.
+    assert result.optimum.values.step_time_s == pytest.approx(truth.values.step_time_s,
+                                                              rel=1e-9)
+    relaxed = cert.engine.requests[1]
+    assert relaxed.step_cap is None and relaxed.time_limit == pytest.approx(12.0)
+
+
+def test_a_false_infeasible_claim_under_a_step_cap_is_refuted(tables):
+    truth = HighsEngine(tables).solve(SolveRequest())
+    cap = truth.values.step_time_s * 1.1
+    result = certifier(tables, CapLiar(tables, HighsEngine(tables))).solve(
+        SolveRequest(step_cap=cap))
+    assert result.status != SolveStatus.INFEASIBLE
+    assert result.solve.values.step_time_s <= cap
+
+
+def test_a_bound_above_its_own_incumbent_proves_no_infeasibility(tables):
+    truth = HighsEngine(tables).solve(SolveRequest())
+    cap = truth.values.step_time_s * (1 - 1e-4)
+    liar = CapLiar(tables, _claim(tables, SLOWER, 2.0))  # bound twice its objective
+    cert = certifier(tables, liar)
+    result = cert.solve(SolveRequest(step_cap=cap))
+    # The bound check fails, so the claim goes to the confirmer (CP-SAT without presolve).
+    assert result.status == SolveStatus.INFEASIBLE and result.proof == Proof.CONFIRMED
+    assert cert.confirmers

@@ -77,3 +77,56 @@ def test_without_a_proof_it_keeps_the_best_incumbent_and_the_highest_bound(portf
     # The third turn gets what is left of the limit, and the fourth is not started.
     assert [r.time_limit for r in portfolio.cpsat.requests] == [2.0, 1.0]
     assert [r.time_limit for r in portfolio.highs.requests] == [2.0]
+
+
+def test_an_engine_whose_bound_trails_sits_out_and_the_other_runs_alone(portfolio):
+    limit, optimal = SolveStatus.LIMIT, SolveStatus.OPTIMAL
+    # HiGHS's gap (50 %) is more than ten times CP-SAT's (1 %): it sits out, and CP-SAT gets
+    # one long turn (8 first turns) instead of restarting every doubling.
+    portfolio.cpsat = Scripted("cpsat", [(limit, 10.0, 9.9), (optimal, 9.95, 9.95),
+                                         (optimal, 11.0, 11.0)])
+    portfolio.highs = Scripted("highs", [(limit, 12.0, 5.0)])
+    first = portfolio.solve(SolveRequest())
+    assert first.status == optimal and first.objective == 9.95
+    assert [r.time_limit for r in portfolio.cpsat.requests] == [2.0, 16.0]
+    # The pair's next solve starts with CP-SAT alone.
+    second = portfolio.solve(SolveRequest())
+    assert second.objective == 11.0
+    assert [r.time_limit for r in portfolio.cpsat.requests] == [2.0, 16.0, 16.0]
+    assert len(portfolio.highs.requests) == 1
+
+
+def test_a_lone_turn_that_ends_unproven_brings_the_other_engine_back(portfolio):
+    limit, optimal = SolveStatus.LIMIT, SolveStatus.OPTIMAL
+    portfolio.cpsat = Scripted("cpsat", [(limit, 10.0, 9.9), (limit, 9.9, 9.8),
+                                         (limit, 9.9, 9.85)])
+    portfolio.highs = Scripted("highs", [(limit, 12.0, 5.0), (optimal, 9.9, 9.9)])
+    solve = portfolio.solve(SolveRequest())
+    assert solve.engine == "highs" and solve.status == optimal
+    # 2 s each, then CP-SAT alone for 16 s, then both again at twice that.
+    assert [r.time_limit for r in portfolio.cpsat.requests] == [2.0, 16.0, 32.0]
+    assert [r.time_limit for r in portfolio.highs.requests] == [2.0, 32.0]
+    assert portfolio.trailing is None
+
+
+def test_close_gaps_bench_nobody(portfolio):
+    limit = SolveStatus.LIMIT
+    # A ratio of 10 below TRAILING_GAP (0.1 %) is no evidence of a weak bound.
+    portfolio.cpsat = Scripted("cpsat", [(limit, 1000.0, 999.99), (SolveStatus.OPTIMAL, 999.0,
+                                                                   999.0)])
+    portfolio.highs = Scripted("highs", [(limit, 1000.0, 999.5)])
+    portfolio.solve(SolveRequest())
+    assert portfolio.trailing is None
+    assert [r.time_limit for r in portfolio.cpsat.requests] == [2.0, 4.0]
+
+
+def test_a_lone_turn_cut_by_the_request_s_limit_keeps_the_other_engine_out(portfolio):
+    limit = SolveStatus.LIMIT
+    portfolio.trailing = portfolio.highs
+    portfolio.cpsat = Scripted("cpsat", [(limit, 10.0, 9.9)])
+    portfolio.highs = portfolio.trailing = Scripted("highs", [])
+    solve = portfolio.solve(SolveRequest(time_limit=5.0))
+    assert solve.status == limit and solve.objective == 10.0
+    assert [r.time_limit for r in portfolio.cpsat.requests] == [5.0]
+    # Five seconds say nothing about the engines: HiGHS still sits out.
+    assert portfolio.trailing is portfolio.highs
