@@ -129,6 +129,8 @@ class PairPool:
         self.solve_limit = solve_limit
         self.tolerance = tolerance
         self.memo: dict[int, list[Memo]] = {i: [] for i in range(len(certifiers))}
+        self.step_floors: dict[int, list[tuple[float, float, float]]] = \
+            {i: [] for i in range(len(certifiers))}  # (gpu cap, cost cap, step floor)
         self.stats = SweepStats()
 
     def _limit(self) -> float | None:
@@ -142,8 +144,11 @@ class PairPool:
 
     def _known(self, i: int, gpu_cap: float, cost_cap: float
                ) -> tuple[float, tuple[Plan, ModelValues] | None]:
-        """(lower bound on the pair's least step time, its optimum if already certified)."""
-        bound = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap)
+        """(lower bound on the pair's least step time, its optimum if already certified),
+        from what earlier steps certified and the floors computed at caps at least as
+        loose; :meth:`_floor` adds the pair's own floor at these caps where that decides."""
+        bound = max((f for n, c, f in self.step_floors[i] if n >= gpu_cap and c >= cost_cap),
+                    default=0.0)
         for memo in self.memo[i]:
             if not memo.covers(gpu_cap, cost_cap):
                 continue
@@ -156,9 +161,13 @@ class PairPool:
                 bound = max(bound, values.step_time_s)
         return bound, None
 
-    def lower_bound(self, gpu_cap: float, cost_cap: float) -> float:
-        """A certified lower bound on the least step time of any plan under the caps."""
-        return min(self._known(i, gpu_cap, cost_cap)[0] for i in range(len(self.certifiers)))
+    def _floor(self, i: int, gpu_cap: float, cost_cap: float) -> float:
+        """The pair's combinatorial step-time floor under the caps, remembered: a floor holds
+        under every tighter cap too, so a later step skips the DP (about 50 ms a pair at
+        K = 10 on the full space) while the floor still exceeds what it must beat."""
+        floor = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap)
+        self.step_floors[i].append((gpu_cap, cost_cap, floor))
+        return floor
 
     def _incumbent(self, gpu_cap: float, cost_cap: float) -> tuple[int, Plan, float] | None:
         """The best known plan of any pair meeting the caps: (pair, plan, step time)."""
@@ -180,6 +189,12 @@ class PairPool:
         if incumbent is not None:
             i = incumbent[0]
             best = (incumbent[1], ModelValues(*self.certifiers[i].known.values_of(incumbent[1])))
+        # The pairs' own floors, where what earlier steps left does not rule them out already
+        # (the cutoff only falls during a step); they also order the solves.
+        start_cutoff = NO_CAP if best is None else best_time * (1 + FIX_SLACK)
+        for i, (bound, optimum) in known.items():
+            if optimum is None and bound <= start_cutoff:
+                known[i] = (max(bound, self._floor(i, gpu_cap, cost_cap)), None)
         floors: list[float] = []  # per pair: a certified lower bound on its least step time
         for i in sorted(known, key=lambda j: known[j][0]):
             bound, optimum = known[i]

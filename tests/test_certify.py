@@ -131,8 +131,8 @@ def test_infeasible_claims_are_confirmed_and_optimal_ones_bound_checked(tables):
 
 
 class CapLiar:
-    """Calls every request with a step cap infeasible; answers the rest with ``uncapped``
-    (a real engine, or a fixed solve)."""
+    """Calls its first request (one with a step cap) infeasible; answers the rest with
+    ``uncapped`` (a real engine, or a fixed solve)."""
 
     def __init__(self, tables, uncapped):
         self.name, self.tables, self.uncapped = "cpsat", tables, uncapped
@@ -141,7 +141,8 @@ class CapLiar:
 
     def solve(self, request: SolveRequest) -> Solve:
         self.requests.append(request)
-        if request.step_cap is not None:
+        if len(self.requests) == 1:
+            assert request.step_cap is not None
             return Solve(SolveStatus.INFEASIBLE, None, None, None, None, 1.0, self.name)
         if isinstance(self.uncapped, Solve):
             return dataclasses.replace(self.uncapped, engine=self.name)
@@ -181,3 +182,18 @@ def test_a_bound_above_its_own_incumbent_proves_no_infeasibility(tables):
     # The bound check fails, so the claim goes to the confirmer (CP-SAT without presolve).
     assert result.status == SolveStatus.INFEASIBLE and result.proof == Proof.CONFIRMED
     assert cert.confirmers
+
+
+def test_the_bound_check_is_capped_at_the_best_known_plan(tables):
+    truth = HighsEngine(tables).solve(SolveRequest())
+    cap = truth.values.step_time_s * (1 - 1e-4)
+    cert = certifier(tables, CapLiar(tables, HighsEngine(tables)))
+    known = ModelValues(*evaluate(tables.instance, SLOWER).objectives)
+    cert.known.add(SLOWER, known)
+    result = cert.solve(SolveRequest(step_cap=cap))
+    assert result.proof == Proof.ABOVE_CAP
+    relaxed = cert.engine.requests[1]
+    assert relaxed.hint == SLOWER
+    assert relaxed.step_cap == pytest.approx(known.step_time_s * (1 + 1e-9), rel=1e-12)
+    assert result.optimum.values.step_time_s == pytest.approx(truth.values.step_time_s,
+                                                              rel=1e-9)

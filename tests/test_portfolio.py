@@ -122,11 +122,11 @@ def test_close_gaps_bench_nobody(portfolio):
 
 def test_a_lone_turn_cut_by_the_request_s_limit_keeps_the_other_engine_out(portfolio):
     limit = SolveStatus.LIMIT
-    portfolio.trailing = portfolio.highs
+    portfolio.trailing = "highs"
     portfolio.cpsat = Scripted("cpsat", [(limit, 10.0, 9.9)])
-    portfolio.highs = portfolio.trailing = Scripted("highs", [])
+    portfolio.highs = Scripted("highs", [])
     solve = portfolio.solve(SolveRequest(time_limit=5.0))
     assert solve.status == limit and solve.objective == 10.0
     assert [r.time_limit for r in portfolio.cpsat.requests] == [5.0]
     # Five seconds say nothing about the engines: HiGHS still sits out.
-    assert portfolio.trailing is portfolio.highs
+    assert portfolio.trailing == "highs" and not portfolio.highs.requests
