@@ -32,6 +32,7 @@ plans a sweep is seeded with (baselines, NSGA-II); they refute claims and warm-s
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from enum import Enum
 
@@ -157,6 +158,7 @@ class Certifier:
         self.bounds = bounds
         self.known = known
         self.tolerance = tolerance
+        self._deadline: float | None = None  # of the solve in progress (:meth:`solve`)
 
     def confirmer(self, solve: Solve, tried: frozenset[str]) -> Engine | None:
         """The engine that confirms ``solve``'s claim: the registered confirmer of the
@@ -175,7 +177,12 @@ class Certifier:
             request, period_floor=self.bounds.period_floor(request.gpu_cap, request.cost_cap),
             step_floor=self.bounds.step_floor(request.gpu_cap, request.cost_cap))
 
-    def solve(self, request: SolveRequest) -> Certified:
+    def solve(self, request: SolveRequest, deadline: float | None = None) -> Certified:
+        """Certify the least objective under ``request``. ``deadline`` (``perf_counter``
+        seconds) bounds the whole chain: the claim's bound check and confirmations get
+        at most the time left, and none starts past it (the result is then unproven),
+        so that a run's time limit holds however many confirmations a claim needs."""
+        self._deadline = deadline
         request = self.floors(request)
         if request.step_floor == np.inf or (request.step_cap is not None
                                             and request.step_floor > request.step_cap):
@@ -188,6 +195,12 @@ class Certifier:
         return self._certify(solve, request, frozenset({self.engine.name, solve.engine}))
 
     def _run(self, engine: Engine, request: SolveRequest) -> Solve:
+        if self._deadline is not None:
+            left = self._deadline - time.perf_counter()
+            if left <= 0:
+                return Solve(SolveStatus.LIMIT, None, None, None, None, 0.0, engine.name)
+            if request.time_limit is None or request.time_limit > left:
+                request = dataclasses.replace(request, time_limit=left)
         solve = engine.solve(request)
         if solve.plan is not None:
             check_values(self.tables, solve)

@@ -211,7 +211,7 @@ class PairPool:
                 request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap,
                                        step_cap=None if best is None else cutoff,
                                        time_limit=self._limit())
-                certified = self.certifiers[i].solve(request)
+                certified = self.certifiers[i].solve(request, self.deadline)
                 solve = certified.solve
                 self.stats.solves += 1
                 self.stats.solve_time_s += solve.wall_time_s

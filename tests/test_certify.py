@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -197,3 +198,26 @@ def test_the_bound_check_is_capped_at_the_best_known_plan(tables):
     assert relaxed.step_cap == pytest.approx(known.step_time_s * (1 + 1e-9), rel=1e-12)
     assert result.optimum.values.step_time_s == pytest.approx(truth.values.step_time_s,
                                                               rel=1e-9)
+
+
+def test_the_chain_keeps_to_the_run_s_deadline(tables):
+    """A claim's bound check gets at most the time left before the deadline (here 5 s, not
+    2 x 1 s + 10 s), and past the deadline no check or confirmation starts: the claim stays
+    unproven, so the sweep stops there and a resumed run solves the step again."""
+    truth = HighsEngine(tables).solve(SolveRequest())
+    cap = truth.values.step_time_s * (1 - 1e-4)
+    cert = certifier(tables, CapLiar(tables, HighsEngine(tables)))
+    result = cert.solve(SolveRequest(step_cap=cap), deadline=time.perf_counter() + 5.0)
+    assert result.proof == Proof.ABOVE_CAP
+    assert cert.engine.requests[1].time_limit <= 5.0
+
+    class LateLiar(CapLiar):  # its claim arrives after the deadline
+        def solve(self, request):
+            time.sleep(0.2)
+            return super().solve(request)
+
+    cert = certifier(tables, LateLiar(tables, HighsEngine(tables)))
+    result = cert.solve(SolveRequest(step_cap=cap), deadline=time.perf_counter() + 0.1)
+    assert not result.proven and result.proof == Proof.NONE
+    assert len(cert.engine.requests) == 1  # no bound check ran
+    assert all(c.statistics.solves == 0 for c in cert.confirmers.values())
