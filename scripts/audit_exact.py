@@ -1,6 +1,6 @@
 """Audit every exact engine against brute force on random tiny instances of many variants.
 
-    python scripts/audit_exact.py [--count 100] [--seed S] [--engines highs,cpsat,portfolio]
+    python scripts/audit_exact.py [--count 100] [--seed S] [--engines highs,cpsat,portfolio,labels]
                                   [--threads 2] [--seeds baselines]
 
 Draws ``--count`` instances from :func:`instances.tiny.audit_instance` with a generator
@@ -26,7 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--engines", default="highs,cpsat,portfolio")
+    parser.add_argument("--engines", default="highs,cpsat,portfolio,labels")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seeds", default="baselines", help="the sweeps' seed plans")
     args = parser.parse_args()

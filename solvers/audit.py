@@ -18,7 +18,7 @@ from solvers.bruteforce import brute_force_front
 from solvers.exact import ExactSettings, exact_front
 from solvers.front import Front, fronts_agree
 
-ENGINES = ("highs", "cpsat", "portfolio")
+ENGINES = ("highs", "cpsat", "portfolio", "labels")
 
 
 @dataclass(frozen=True)

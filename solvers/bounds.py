@@ -47,11 +47,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from solvers.chain import chain_of
 from solvers.engine import NO_CAP
 from solvers.tables import PairTables
 
 _NEG = -(1 << 40)
 _SLACK = 1e-9  # relative: a floor is lowered by this much against rounding in the DP
+CUTOFF_MARGIN = 1e-7  # relative: the chain floor proves a step time this far above a cutoff
 
 
 def _window_min(values: np.ndarray, span: int) -> np.ndarray:
@@ -300,10 +302,15 @@ class PairBounds:
             fewest += 1
         return 2 * (fewest - 1) * float(t.delay.min())
 
-    def step_floor(self, gpu_cap: float | None = None, cost_cap: float | None = None) -> float:
+    def step_floor(self, gpu_cap: float | None = None, cost_cap: float | None = None,
+                   cutoff: float | None = None) -> float:
         """A lower bound on the step time of every plan of the pair under the caps: the
         better of the period and the stages' compute and synchronisation found together
-        (the DP), and the period floor with separate floors of the other terms."""
+        (the DP), and the period floor with separate floors of the other terms.
+
+        With a ``cutoff`` that these floors do not exceed, the chain relaxation
+        (:mod:`solvers.chain`) is asked whether any plan has a period at which the step
+        time could stay within the cutoff; if none has, the floor is just above it."""
         branches = self._branches(gpu_cap, cost_cap)
         if not branches or math.isinf(min(b.period for b in branches)):
             return math.inf
@@ -312,4 +319,14 @@ class PairBounds:
                     for b in branches) + rest
         together = min(self._period_and_compute(b.budget, b.largest, b.period) + b.delays
                        for b in branches) + embedding
-        return max(apart, together) * (1 - _SLACK)
+        floor = max(apart, together) * (1 - _SLACK)
+        periods = self.tables.micro_batches - 1
+        if cutoff is None or cutoff >= NO_CAP or floor > cutoff or periods == 0:
+            return floor
+        # T = (m - 1) P + S + A + O with S + A + O >= ``rest``: a plan within the cutoff
+        # has a period at most this.
+        above = cutoff * (1 + CUTOFF_MARGIN)
+        period = (above - rest) / periods
+        if chain_of(self.tables).period_above(gpu_cap, cost_cap, period):
+            return max(floor, above)
+        return floor

@@ -175,7 +175,8 @@ class Certifier:
         """The request with the pair's period and step-time floors under its caps."""
         return dataclasses.replace(
             request, period_floor=self.bounds.period_floor(request.gpu_cap, request.cost_cap),
-            step_floor=self.bounds.step_floor(request.gpu_cap, request.cost_cap))
+            step_floor=self.bounds.step_floor(request.gpu_cap, request.cost_cap,
+                                              request.capped(request.step_cap)))
 
     def solve(self, request: SolveRequest, deadline: float | None = None) -> Certified:
         """Certify the least objective under ``request``. ``deadline`` (``perf_counter``
@@ -270,7 +271,8 @@ class Certifier:
         limit = RELAXED_FACTOR * claim.wall_time_s + RELAXED_MIN_S
         if request.time_limit is not None:
             limit = min(limit, request.time_limit)
-        relaxed = dataclasses.replace(request, step_cap=None, time_limit=limit, hint=None)
+        relaxed = dataclasses.replace(request, step_cap=None, time_limit=limit, hint=None,
+                                      bound_target=cap * (1 + 2 * self.tolerance))
         known = self.known.best(relaxed)
         if known is not None:
             # The best known plan caps the relaxed solve without excluding its optimum, and

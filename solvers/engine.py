@@ -13,8 +13,9 @@ Statuses are *claims*: :mod:`solvers.certify` confirms them before they may end 
 - ``INFEASIBLE``: no plan meets the request's caps.
 - ``LIMIT``: the engine stopped at its time limit; ``plan`` is its incumbent, if any, and
   ``bound`` its best proven bound, if any.
-- ``UNKNOWN``: the engine's own figures contradict each other (a bound above its objective, a
-  claim refuted by a known plan); nothing it said is used beyond its plan.
+- ``UNKNOWN``: the engine cannot decide the request (its own figures contradict each other, a
+  claim refuted by a known plan, or a request outside what it decides); nothing it said is
+  used beyond its plan and a bound that does not contradict its plan.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class SolveRequest:
     ``hint`` is a plan of the same pair that the engine may start from (a warm start); it
     need not meet the caps. ``period_floor`` and ``step_floor`` are valid lower bounds on the
     1F1B period and the step time of every plan under these caps (from
-    :mod:`solvers.bounds`); an engine may add them as cuts.
+    :mod:`solvers.bounds`); an engine may add them as cuts. ``bound_target``: the solve may
+    stop (``LIMIT``) once it proves a bound of at least this value, all a bound check asks.
     """
 
     weights: tuple[float, float, float] = (1.0, 0.0, 0.0)
@@ -81,6 +83,7 @@ class SolveRequest:
     hint: Plan | None = None
     period_floor: float | None = None
     step_floor: float | None = None
+    bound_target: float | None = None
 
     def capped(self, value: float | None) -> float | None:
         """None for an absent cap (None or at least ``NO_CAP``)."""
@@ -183,6 +186,9 @@ register_engine("cpsat", "solvers.cpsat:CpSatEngine",
                 confirmer="cpsat-nopresolve")
 register_engine("cpsat-nopresolve", "solvers.cpsat:CpSatNoPresolveEngine",
                 "the same CP-SAT model with presolve off", confirmer="highs")
+register_engine("labels", "solvers.labels:LabelEngine",
+                "label-setting DP over the pipeline positions, branch and bound over the "
+                "period and the all-reduce and optimizer times", confirmer="cpsat")
 register_engine("portfolio", "solvers.portfolio:PortfolioEngine",
                 "CP-SAT first, HiGHS where it stalls; the better incumbent is kept",
                 confirmer=None)

@@ -161,11 +161,12 @@ class PairPool:
                 bound = max(bound, values.step_time_s)
         return bound, None
 
-    def _floor(self, i: int, gpu_cap: float, cost_cap: float) -> float:
+    def _floor(self, i: int, gpu_cap: float, cost_cap: float, cutoff: float) -> float:
         """The pair's combinatorial step-time floor under the caps, remembered: a floor holds
         under every tighter cap too, so a later step skips the DP (about 50 ms a pair at
-        K = 10 on the full space) while the floor still exceeds what it must beat."""
-        floor = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap)
+        K = 10 on the full space) while the floor still exceeds what it must beat. The
+        ``cutoff`` lets the chain relaxation prove the floor above it."""
+        floor = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap, cutoff)
         self.step_floors[i].append((gpu_cap, cost_cap, floor))
         return floor
 
@@ -194,7 +195,8 @@ class PairPool:
         start_cutoff = NO_CAP if best is None else best_time * (1 + FIX_SLACK)
         for i, (bound, optimum) in known.items():
             if optimum is None and bound <= start_cutoff:
-                known[i] = (max(bound, self._floor(i, gpu_cap, cost_cap)), None)
+                floor = self._floor(i, gpu_cap, cost_cap, start_cutoff)
+                known[i] = (max(bound, floor), None)
         floors: list[float] = []  # per pair: a certified lower bound on its least step time
         for i in sorted(known, key=lambda j: known[j][0]):
             bound, optimum = known[i]

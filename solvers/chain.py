@@ -1,0 +1,264 @@
+"""The chain relaxation of one (dp, micro-batch) pair: what a run of the label-setting DP needs.
+
+A plan is a chain of stages from the last (position 0, LM head) to the first (embedding).
+Under caps on the 1F1B period ``P``, the largest all-reduce ``A`` and the largest optimizer
+time ``O``, :func:`solvers.label_kernels.label_dp` finds the plan of least
+``w_T (sum c + 2 sum delta) + w_N N + w_C C`` among those whose every stage, window and link
+fits the caps. It relaxes two things, which :meth:`Chain.violations` checks on the plan it
+returns: a domain entered again has all its GPUs again unless it is *critical* (the DP then
+tracks the GPUs it gave), and under a WAN share cap a boundary may occupy ``share * P`` of
+the period cap, not of the plan's own period.
+
+One :class:`Chain` per pair (:func:`chain_of`) is shared by the ``labels`` engine
+(:mod:`solvers.labels`) and the period floors of :mod:`solvers.bounds`, so that the domains
+found critical and the least periods proven serve both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+
+import numpy as np
+
+from formulation.result import evaluate
+from solvers.engine import ModelValues
+from solvers.label_kernels import LABEL_LIMIT, completion, label_dp, least_gpus
+from solvers.tables import PairTables, StageChoice, choice_values, choices_plan
+
+OPEN = 1e30  # an absent cap
+LABEL_BUDGET = 4_000_000  # labels of one DP run (about 0.5 GB); beyond it the run stops
+TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
+
+
+class LabelBudgetExceeded(Exception):
+    """A DP run reached ``LABEL_BUDGET`` labels."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Terms:
+    """A plan of the pair: its choices, period, largest all-reduce and optimizer times, and
+    objective values."""
+
+    choices: dict[int, StageChoice]
+    period: float
+    allreduce: float
+    optimizer: float
+    values: ModelValues
+
+    def weighted(self, weights) -> float:
+        return self.values.weighted(weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class Caps:
+    """What one DP run may use: GPUs, traffic cost, and the domains whose GPUs it tracks
+    across visits."""
+
+    gpus: int
+    cost: float
+    critical: frozenset[int]
+
+
+class Chain:
+    """The pieces of a pair's DP runs, and what runs have established about the pair."""
+
+    def __init__(self, tables: PairTables):
+        t = self.tables = tables
+        self.gpus = t.gpus.astype(np.int64)
+        self.free = t.free_gpus.astype(np.int64)
+        self.units = int(min(self.free.max(), t.positions * self.gpus.max()) // t.dp)
+        self.cost = np.where(np.eye(t.num_domains, dtype=bool), 0.0, t.cost)
+        left = np.maximum(0, t.positions - 1 - np.arange(t.positions))[:, None] \
+            * np.ones(t.layers + 1, dtype=np.int64)[None, :]
+        left[:, t.layers] = 0
+        self.gpus_left_max = left * int(self.gpus.max())
+        self.cost_left_max = left * float(self.cost.max())
+        self.carry_floor = -2.0 * float(t.delay.max())  # window excess below this cannot matter
+        self.extra = np.zeros(t.positions)  # parameters beyond the layers: LM head, embedding
+        self.extra[0] = t.head_params
+        self.extra_first = self.extra + t.embedding_params
+        self.share = t.instance.constraints.wan_share_cap
+        budget = t.instance.constraints.cost_budget
+        self.budget = math.inf if budget is None else float(budget)
+        self.least_compute = t.layers * float(t.layer_time.min())  # sum c of any plan
+        self.critical: set[int] = set()  # domains a relaxed plan overused
+        # least periods proven for relaxations: (caps, period) holds for tighter caps
+        self.period_floors: list[tuple[Caps, float]] = []
+        # feasible plans found: (GPUs, cost, period), a witness for looser caps
+        self.witnesses: list[tuple[int, float, float]] = []
+        self.runs = self.labels = 0  # DP runs and the labels they made
+        self._tables: tuple[float, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def caps(self, gpu_cap: float | None, cost_cap: float | None) -> Caps:
+        """The caps of a request, with the instance's cost budget, and the critical domains
+        known now."""
+        return Caps(int(min(gpu_cap if gpu_cap is not None else 2 ** 40, 2 ** 40)),
+                    min(cost_cap if cost_cap is not None else math.inf, self.budget),
+                    frozenset(self.critical))
+
+    def known_period_floor(self, caps: Caps) -> float:
+        """The best least period proven for a relaxation at least as loose as ``caps``."""
+        return max((p for c, p in self.period_floors if c.gpus >= caps.gpus
+                    and c.cost >= caps.cost and c.critical <= caps.critical), default=0.0)
+
+    # -- plans -----------------------------------------------------------------------------
+    def terms(self, choices: dict[int, StageChoice]) -> Terms:
+        """A plan's period, all-reduce and optimizer terms, computed as
+        :func:`solvers.tables.choice_values` does."""
+        t = self.tables
+        active = sorted(choices)
+        compute, allreduce, optimizer = [], [], []
+        for p in active:
+            k, o, n = choices[p].domain, choices[p].option, choices[p].layers
+            first, last = p == active[-1], p == 0
+            compute.append(n * t.layer_time[o] + first * t.first_time[o] + last * t.last_time[o])
+            params = n * t.layer_params + first * t.embedding_params + last * t.head_params
+            allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
+            optimizer.append(t.optimizer_per_param[o] * params)
+        pairs = [(choices[p + 1].domain, choices[p].domain) for p in active[:-1]]
+        delta = [float(t.delay[a, b]) for a, b in pairs]
+        windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
+                   for k in range(len(active)) for j in range(k, len(active))]
+        period = max([*compute, *(float(t.occupancy[a, b]) for a, b in pairs), *windows])
+        return Terms(choices, period, max(allreduce), max(optimizer),
+                     choice_values(t, choices))
+
+    def violations(self, terms: Terms) -> list[int] | None:
+        """None if the plan is feasible; else the domains it overuses (empty: it breaks the
+        WAN share cap only)."""
+        t = self.tables
+        used = np.zeros(t.num_domains, dtype=np.int64)
+        for choice in terms.choices.values():
+            used[choice.domain] += t.gpus[choice.option]
+        over = [int(k) for k in np.flatnonzero(used > t.free_gpus)]
+        if over:
+            return over
+        if self.share is not None and \
+                not evaluate(t.instance, choices_plan(t, terms.choices)).feasible:
+            return []
+        return None
+
+    # -- one DP run -------------------------------------------------------------------------
+    def layer_caps(self, period: float, allreduce: float = OPEN,
+                   optimizer: float = OPEN) -> tuple[np.ndarray, np.ndarray]:
+        """The most layers a stage holds, per (position, domain, option), as a middle stage
+        and as the first stage (embedding): memory, period, and the all-reduce and optimizer
+        caps, each the largest n whose value (computed as :meth:`terms` does) is within."""
+        t = self.tables
+        positions, domains, options, layers = t.positions, t.num_domains, t.num_options, t.layers
+        edge = np.zeros((positions, options))
+        edge[0] = t.last_time
+        n = np.arange(layers + 1, dtype=np.float64)
+        out = []
+        for memory, extra, first in ((t.layer_cap, self.extra, 0.0),
+                                     (t.layer_cap_first, self.extra_first, 1.0)):
+            room = np.floor((period - edge - first * t.first_time[None, :])
+                            / t.layer_time[None, :] * (1 + 1e-12))
+            cap = np.minimum(memory, np.clip(room, -1, layers)).astype(np.int64)
+            cap = np.broadcast_to(cap[:, None, :], (positions, domains, options)).copy()
+            params = n[None, :] * t.layer_params + extra[:, None]  # (S, L+1)
+            if optimizer < OPEN:
+                value = t.optimizer_per_param[None, :, None] * params[:, None, :]
+                cap = np.minimum(cap, _largest_within(value <= optimizer)[:, None, :])
+            if allreduce < OPEN:
+                value = (t.allreduce_per_param[None, :, :, None] * params[:, None, None, :]
+                         + t.allreduce_fixed[None, :, :, None])
+                cap = np.minimum(cap, _largest_within(value <= allreduce))
+            out.append(cap)
+        return out[0], out[1]
+
+    def bound_tables(self, period: float) -> tuple[np.ndarray, np.ndarray]:
+        """The completion bounds of :func:`solvers.label_kernels.completion` and the fewest
+        GPUs still needed, at ``period`` (valid at every smaller period: a table made at a
+        period up to ``TABLE_REUSE`` times larger is reused)."""
+        if self._tables is not None and period <= self._tables[0] <= period * TABLE_REUSE:
+            return self._tables[1]
+        t = self.tables
+        cap, cap_first = self.layer_caps(period)
+        cap, cap_first = cap[:, 0, :], cap_first[:, 0, :]  # no domain-dependent caps here
+        rest = completion(period, t.layers, t.positions, t.num_domains, t.num_options, t.dp,
+                          t.layer_time, t.first_time, self.gpus, cap, cap_first, self.free,
+                          t.delay, t.occupancy, self.units)
+        gpus = least_gpus(t.layers, t.positions, t.num_options, self.gpus, cap, cap_first)
+        self._tables = (period, (rest, gpus))
+        return rest, gpus
+
+    def run(self, caps: Caps, period: float, weights=(1.0, 0.0, 0.0),
+            allreduce: float = OPEN, optimizer: float = OPEN, value_cap: float = math.inf,
+            feasibility: bool = False, tables_at: float | None = None) -> Terms | None:
+        """The plan of least DP value below ``value_cap`` under the caps (with
+        ``feasibility``: any plan), or None. Bound tables are made at ``tables_at``
+        (default: the period)."""
+        t = self.tables
+        cap, cap_first = self.layer_caps(period, allreduce, optimizer)
+        marks = -np.ones(t.num_domains, dtype=np.int64)
+        for i, k in enumerate(sorted(caps.critical)):
+            marks[k] = i
+        wan_limit = period if self.share is None else min(period, self.share * period)
+        rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
+        out = label_dp(float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
+                       t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first,
+                       self.free, t.delay, t.occupancy, float(wan_limit), self.cost,
+                       np.asarray(weights, dtype=np.float64), caps.gpus, float(caps.cost),
+                       float(min(value_cap, 1e300)), rest, self.units, gpus,
+                       self.gpus_left_max, self.cost_left_max, self.carry_floor,
+                       int(self.gpus.min()), marks, len(caps.critical), LABEL_BUDGET,
+                       feasibility)
+        status, _, labels, parent, option, layers, domain, last, o, n, k = out
+        self.runs += 1
+        self.labels += int(labels)
+        if status == LABEL_LIMIT:
+            raise LabelBudgetExceeded
+        if o < 0:
+            return None
+        stages = [(k, o, n)]
+        while last >= 0:
+            stages.append((domain[last], option[last], layers[last]))
+            last = parent[last]
+        count = len(stages)
+        return self.terms({count - 1 - q: StageChoice(int(d), int(x), int(y))
+                           for q, (d, x, y) in enumerate(stages)})
+
+    # -- the period floor ---------------------------------------------------------------------
+    def period_above(self, gpu_cap: float | None, cost_cap: float | None,
+                     period: float) -> bool:
+        """Whether every plan under the caps has a 1F1B period above ``period``: no plan of
+        the relaxation has one at most ``period``, or each that does overuses a domain,
+        which then becomes critical and the question is asked again."""
+        while True:
+            caps = self.caps(gpu_cap, cost_cap)
+            if self.known_period_floor(caps) >= period:
+                return True
+            if any(n <= caps.gpus and c <= caps.cost and p <= period
+                   for n, c, p in self.witnesses):
+                return False
+            found = self.run(caps, period, feasibility=True)
+            if found is None:
+                self.period_floors.append((caps, period))
+                return True
+            over = self.violations(found)
+            if over is None:
+                self.witnesses.append((found.values.gpus, found.values.comm_cost,
+                                       found.period))
+            if not over:  # a plan, or one the share cap's relaxation cannot tell apart
+                return False
+            self.critical |= set(over)
+
+
+def _largest_within(ok: np.ndarray) -> np.ndarray:
+    """Along the last axis (layer counts 0..L, ``ok`` falling with n): the largest n with
+    ``ok`` (-1 if none)."""
+    return np.where(ok.any(axis=-1), ok.shape[-1] - 1 - np.argmax(ok[..., ::-1], axis=-1), -1)
+
+
+_CHAINS: weakref.WeakKeyDictionary[PairTables, Chain] = weakref.WeakKeyDictionary()
+
+
+def chain_of(tables: PairTables) -> Chain:
+    """The pair's one :class:`Chain` (shared by its engine and its floors)."""
+    chain = _CHAINS.get(tables)
+    if chain is None:
+        chain = _CHAINS[tables] = Chain(tables)
+    return chain

@@ -1,0 +1,173 @@
+"""The ``labels`` engine (solvers.labels) against brute force, solve by solve.
+
+Each run draws its tiny instances from a fresh seed (``XDSCHED_AUDIT_SEED=<seed>`` replays
+one), solves every (dp, micro-batch) pair under random GPU, cost and step caps and random
+weights, and compares with the least weighted value among the pair's enumerated plans: an
+``optimal`` must equal it, an ``infeasible`` must have no plan, and any bound reported must
+not exceed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+from formulation.evaluator import evaluate_batch
+from formulation.result import evaluate
+from instances.tiny import audit_instance, tiny_instance
+from solvers.bounds import PairBounds
+from solvers.bruteforce import enumerate_plans
+from solvers.chain import _largest_within, chain_of
+from solvers.engine import SolveRequest, SolveStatus
+from solvers.labels import LabelEngine
+from solvers.tables import all_pair_tables
+
+COUNT = 4  # instances a run checks (about 1 s each once the kernels are compiled)
+TOLERANCE = 1e-7  # relative: the engine's optimum against brute force's
+
+
+@pytest.fixture(scope="module")
+def seed() -> int:
+    value = os.environ.get("XDSCHED_AUDIT_SEED")
+    return int(value) if value else secrets.randbits(32)
+
+
+def _plans_by_pair(instance) -> dict[tuple[int, int], np.ndarray]:
+    """(dp, micro-batch) -> rows (step time, GPUs, cost) of the pair's feasible plans."""
+    rows = []
+    for batch in enumerate_plans(instance):
+        result = evaluate_batch(instance, batch)
+        ok = result.feasible
+        rows.append(np.column_stack([batch.dp[ok], batch.micro_batch[ok],
+                                     result.objectives[ok]]))
+    plans = np.concatenate(rows)
+    return {(int(d), int(b)): plans[(plans[:, 0] == d) & (plans[:, 1] == b), 2:]
+            for d, b in {(r[0], r[1]) for r in plans}}
+
+
+def _requests(rng, plans: np.ndarray) -> list[SolveRequest]:
+    """The unconstrained min-step solve, capped ones at values the plans take (so that caps
+    bind exactly at a plan), and a random weighting."""
+    requests = [SolveRequest()]
+    for _ in range(3):
+        steps, gpus, costs = (np.unique(plans[:, j]) for j in range(3))
+        requests.append(SolveRequest(
+            gpu_cap=float(rng.choice(gpus)),
+            cost_cap=float(rng.choice(costs)) if rng.random() < 0.5 else None,
+            step_cap=float(rng.choice(steps)) if rng.random() < 0.3 else None))
+    w = rng.dirichlet([1.0, 1.0, 1.0])
+    requests.append(SolveRequest(weights=(float(w[0]) + 0.05, float(w[1]), 10 * float(w[2]))))
+    return requests
+
+
+def _least(plans: np.ndarray, request: SolveRequest) -> float:
+    ok = np.ones(len(plans), dtype=bool)
+    for j, cap in ((0, request.step_cap), (1, request.gpu_cap), (2, request.cost_cap)):
+        if cap is not None:
+            ok &= plans[:, j] <= cap * (1 + 1e-12)
+    return float((plans[ok] @ np.array(request.weights)).min()) if ok.any() else math.inf
+
+
+def test_the_engine_agrees_with_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    wrong, decided = [], 0
+    for _ in range(COUNT):
+        instance = audit_instance(rng)
+        by_pair = _plans_by_pair(instance)
+        for tables in all_pair_tables(instance):
+            plans = by_pair.get((tables.dp, tables.micro_batch))
+            if plans is None:
+                continue
+            engine, bounds = LabelEngine(tables), PairBounds(tables)
+            for request in _requests(rng, plans):
+                request = dataclasses.replace(request, period_floor=bounds.period_floor(
+                    request.gpu_cap, request.cost_cap))
+                least = _least(plans, request)
+                solve = engine.solve(request)
+                where = f"{instance.name} dp{tables.dp} b{tables.micro_batch} {request}"
+                if solve.bound is not None and solve.bound > least * (1 + TOLERANCE):
+                    wrong.append(f"{where}: bound {solve.bound} above {least}")
+                if solve.status == SolveStatus.OPTIMAL:
+                    decided += 1
+                    if abs(solve.objective - least) > TOLERANCE * least:
+                        wrong.append(f"{where}: optimal {solve.objective}, brute force {least}")
+                    if not evaluate(instance, solve.plan).feasible:
+                        wrong.append(f"{where}: its plan is infeasible")
+                elif solve.status == SolveStatus.INFEASIBLE:
+                    decided += 1
+                    if least < math.inf:
+                        wrong.append(f"{where}: infeasible, brute force {least}")
+    assert not wrong, f"seed {seed}: {wrong}"
+    assert decided > 0
+
+
+def _a_pair():
+    instance = tiny_instance(3, domains=4, layers=10, free_gpus=(2, 2, 1, 1))
+    tables = next(t for t in all_pair_tables(instance) if t.dp == 1 and t.micro_batch == 1)
+    plans = _plans_by_pair(instance)[1, 1]
+    return tables, plans
+
+
+def test_an_optimal_solve_reports_its_bound_and_a_step_cap_below_it_is_infeasible():
+    tables, plans = _a_pair()
+    engine = LabelEngine(tables)
+    solve = engine.solve(SolveRequest())
+    assert solve.status == SolveStatus.OPTIMAL
+    assert solve.bound == solve.objective == pytest.approx(plans[:, 0].min(), rel=TOLERANCE)
+    below = engine.solve(SolveRequest(step_cap=solve.objective * (1 - 1e-6)))
+    assert below.status == SolveStatus.INFEASIBLE and below.plan is None
+
+
+def test_a_bound_target_below_the_optimum_is_proven_and_one_above_finds_the_optimum():
+    tables, plans = _a_pair()
+    least = plans[:, 0].min()
+    engine = LabelEngine(tables)
+    below = engine.solve(SolveRequest(bound_target=least * 0.999))
+    assert below.status == SolveStatus.LIMIT and least * 0.999 <= below.bound <= least
+    above = engine.solve(SolveRequest(bound_target=least * 1.001))
+    assert above.status == SolveStatus.OPTIMAL
+    assert above.objective == pytest.approx(least, rel=TOLERANCE)
+
+
+def test_a_solve_out_of_time_stops_with_a_valid_bound():
+    tables, plans = _a_pair()
+    solve = LabelEngine(tables).solve(SolveRequest(time_limit=0.0))
+    assert solve.status == SolveStatus.LIMIT
+    assert solve.bound is None or solve.bound <= plans[:, 0].min()
+
+
+def test_requests_the_boxes_cannot_order_are_left_to_the_confirmer():
+    tables, _ = _a_pair()
+    engine = LabelEngine(tables)
+    for request in (SolveRequest(weights=(0.0, 1.0, 0.0)),
+                    SolveRequest(weights=(1.0, 1.0, 0.0), step_cap=1e9)):
+        assert engine.solve(request).status == SolveStatus.UNKNOWN
+
+
+def test_the_period_floor_with_a_cutoff_never_passes_a_plan():
+    """``step_floor(..., cutoff)`` may rise above the cutoff only if no plan is below it."""
+    instance = tiny_instance(5, domains=4, layers=12, free_gpus=(1, 1, 2, 1))
+    by_pair = _plans_by_pair(instance)
+    pairs = all_pair_tables(instance)
+    for tables in pairs:
+        plans = by_pair.get((tables.dp, tables.micro_batch))
+        if plans is None:
+            continue
+        bounds = PairBounds(tables)
+        for gpus in np.unique(plans[:, 1]):
+            least = plans[plans[:, 1] <= gpus, 0].min()
+            assert bounds.step_floor(gpus, None, cutoff=least) <= least
+            raised = bounds.step_floor(gpus, None, cutoff=least * (1 - 1e-3))
+            assert raised <= least
+    assert any(chain_of(t).period_floors or chain_of(t).witnesses for t in pairs)
+
+
+def test_largest_within_finds_the_last_allowed_count():
+    ok = np.array([[True, True, False, False], [False, False, False, False],
+                   [True, True, True, True], [True, False, True, False]])
+    assert _largest_within(ok).tolist() == [1, -1, 3, 2]
