@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from solvers.chain import chain_of
+from solvers.chain import LabelBudgetExceeded, chain_of
 from solvers.engine import NO_CAP
 from solvers.tables import PairTables
 
@@ -327,6 +327,9 @@ class PairBounds:
         # has a period at most this.
         above = cutoff * (1 + CUTOFF_MARGIN)
         period = (above - rest) / periods
-        if chain_of(self.tables).period_above(gpu_cap, cost_cap, period):
-            return max(floor, above)
+        try:
+            if chain_of(self.tables).period_above(gpu_cap, cost_cap, period):
+                return max(floor, above)
+        except LabelBudgetExceeded:  # the question is too large to settle here
+            pass
         return floor

@@ -208,6 +208,17 @@ class _Search:
             terms = self.run_at(caps, pb, ab, ob, ceiling - corner, tables_at=top)
             if terms is None:
                 continue
+            over = self.chain.violations(terms)
+            if over:
+                # It overuses a domain: track that domain from now on (a tighter relaxation,
+                # so every box's bound still holds) and search this box again. Measured on
+                # the K = 20 full-space instance: incumbents come early, not at the end of
+                # a relaxation whose every plan overuses a domain.
+                self.chain.critical |= set(over)
+                caps = self.chain.caps(self.gpu_cap, self.cost_cap)
+                heapq.heappush(boxes, (bound, order, (pa, pb, aa, ab, oa, ob)))
+                order += 1
+                continue
             self.offer(terms)
             if best is None or terms.weighted(w) < best.weighted(w):
                 best = terms
@@ -252,16 +263,19 @@ class _Search:
             self.feasible_at(caps, high, probe)  # a plan of the relaxation, for a ceiling
         ceiling = self.upper() if self.relaxed_best is None \
             else min(self.upper(), self.relaxed_best.weighted(self.weights))
-        if ceiling >= math.inf:
-            return None
+        if ceiling >= math.inf:  # only plans that overuse a domain so far: no ceiling
+            return low, OPEN
         return low, max(low, (ceiling / self.weights[0] - self.chain.least_compute) / self.m1)
 
     def feasible_at(self, caps: Caps, period: float, tables_at: float) -> Terms | None:
         terms = self.run_at(caps, period, OPEN, OPEN, math.inf, tables_at, feasibility=True)
         if terms is not None:
             self.offer(terms)
-            if self.within(terms) and (self.relaxed_best is None or terms.weighted(
-                    self.weights) < self.relaxed_best.weighted(self.weights)):
+            # Only a plan that overuses no domain is a plan of every tighter relaxation
+            # (the boxes may track more domains), so only such a plan sets a ceiling.
+            if self.within(terms) and not self.chain.violations(terms) and (
+                    self.relaxed_best is None or terms.weighted(self.weights)
+                    < self.relaxed_best.weighted(self.weights)):
                 self.relaxed_best = terms
         return terms
 
