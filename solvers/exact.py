@@ -2,6 +2,7 @@
 
     python -m solvers.exact INSTANCE.json --out FRONT.json [--engine NAME] [--threads N]
         [--time-limit S] [--solve-limit S] [--seeds none|fast|baselines|nsga2]
+        [--seed-front FRONT.json]
         [--units U] [--workers W | --scheduler ADDRESS] [--resume] [--export mps|lp]
     python -m solvers.exact --suite quick|bench|full --out DIR [...] [--jobs N] [--match TEXT]
         [--skip-existing]
@@ -10,7 +11,8 @@ The epsilon-constraint sweep (:mod:`solvers.epsilon`) runs on the registered eng
 (:data:`solvers.engine.ENGINES`); each claim an engine makes is certified
 (:mod:`solvers.certify`) before it prunes a pair or closes a step. The sweep starts from the
 plans of fast heuristics (``--seeds``: the baselines, only those that take seconds, or the
-baselines and NSGA-II), which warm-start the solves and refute false claims.
+baselines and NSGA-II) and of an earlier front (``--seed-front``), which warm-start the
+solves and refute false claims.
 
 Scale-out: ``--units U`` cuts the sweep into U GPU intervals, balanced on the seeds' GPU
 counts, that run independently in this process, in ``--workers`` local processes or on a
@@ -83,6 +85,9 @@ class ExactSettings:
     (:data:`FAST_SEED_METHODS`), all the seeding baselines, or those and NSGA-II."""
     units: int = 1
     """GPU intervals the sweep is cut into."""
+    seed_front: str | None = None
+    """A front JSON of the same instance whose plans join the seeds, so that a best-known
+    front keeps every plan an earlier run found (its union with this run's)."""
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -136,6 +141,17 @@ def seed_plans(instance: Instance, kind: str) -> list[Plan]:
     return list(dict.fromkeys(plans))
 
 
+def front_plans(instance: Instance, path: str | None) -> list[Plan]:
+    """The plans of the front at ``path`` (none without one), checked against ``instance``."""
+    if path is None:
+        return []
+    front = Front.load(path, instance)
+    if front.instance != instance.name:
+        raise InputError(f"--seed-front {path!r} is a front of {front.instance!r}, "
+                         f"not of {instance.name!r}")
+    return [point.plan for point in front.points]
+
+
 def split_intervals(units: int, gpu_counts: list[int]) -> list[tuple[float, float]]:
     """``units`` GPU intervals (low, high] covering (0, inf), cut at quantiles of the GPU
     counts of the seeds' front so that each holds about as many front points."""
@@ -187,7 +203,7 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     deadline = None if settings.time_limit is None else time.time() + settings.time_limit
     document = instance.to_dict()
     if resume is None:
-        seeds = seed_plans(instance, settings.seeds)
+        seeds = seed_plans(instance, settings.seeds) + front_plans(instance, settings.seed_front)
         seed_front = Front.from_plans(instance, seeds, "heuristic")
         intervals = split_intervals(settings.units, [int(p.objectives[1])
                                                      for p in seed_front.points])
@@ -357,9 +373,14 @@ def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
 # -- command line --------------------------------------------------------------------------------
 def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> None:
     instance = Instance.load(path)
+    seed_front = args.seed_front
+    if seed_front is not None and args.suite is not None:  # a directory of fronts
+        seed_front = seed_front / f"{path.stem}.front.json"
+        seed_front = seed_front if seed_front.exists() else None
     settings = ExactSettings(engine=args.engine, threads=args.threads,
                              time_limit=args.time_limit, solve_limit=args.solve_limit,
-                             seeds=args.seeds, units=args.units or max(1, args.workers))
+                             seeds=args.seeds, units=args.units or max(1, args.workers),
+                             seed_front=None if seed_front is None else str(seed_front))
     resume = None
     if args.resume:
         if not state_path(out).exists():
@@ -403,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2,
                         help="HiGHS threads and CP-SAT workers per engine (CP-SAT: >= 2)")
     parser.add_argument("--seeds", default="baselines", help=f"one of {list(SEED_KINDS)}")
+    parser.add_argument("--seed-front", type=Path, default=None,
+                        help="a front JSON whose plans join the seeds (with --suite: a "
+                             "directory of INSTANCE.front.json)")
     parser.add_argument("--units", type=int, default=None,
                         help="GPU intervals the sweep is cut into (default: --workers)")
     parser.add_argument("--workers", type=int, default=1, help="local processes for the units")

@@ -268,7 +268,9 @@ def test_resume_continues_a_run_that_hit_its_time_limit(tmp_path, scaleout):
 
 @pytest.mark.parametrize("args", [["--resume"], ["--seeds", "all"], ["--units", "0"],
                                   ["--scheduler", "tcp://127.0.0.1:9"],
-                                  ["--time-limit", "-1"]])
+                                  ["--time-limit", "-1"], ["--seed-front", "missing.json"],
+                                  ["--seed-front", str(FRONTS / "quick" /
+                                                       "aws-10-k5-llama2-70b-s110.front.json")]])
 def test_cli_bad_scaleout_options_are_one_line_and_exit_2(tmp_path, args):
     instance = tiny_instance(1, **TINY[1])
     path = tmp_path / "tiny.json"
@@ -277,3 +279,17 @@ def test_cli_bad_scaleout_options_are_one_line_and_exit_2(tmp_path, args):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") <= 2
     assert not (tmp_path / "x.json").exists()
+
+
+def test_an_earlier_fronts_plans_join_the_seeds():
+    """``seed_front``: a run stopped before it proves anything still keeps every plan of the
+    earlier front (a best-known front is the union of what the runs found)."""
+    from solvers.exact import ExactSettings
+
+    path = next(p for p in suite_paths("quick") if p.stem == "cn-hubs-k6-llama2-7b-s130")
+    instance = Instance.load(path)
+    earlier = FRONTS / "quick" / f"{path.stem}.front.json"
+    front = exact_front(instance, settings=ExactSettings(seeds="none", seed_front=str(earlier),
+                                                         time_limit=1e-3))
+    assert front.status == "best_known"
+    assert fronts_agree(front, Front.load(earlier, instance))
