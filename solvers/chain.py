@@ -25,7 +25,7 @@ import numpy as np
 from formulation.result import evaluate
 from solvers.engine import ModelValues
 from solvers.label_kernels import LABEL_LIMIT, completion, label_dp, least_gpus
-from solvers.tables import PairTables, StageChoice, choice_values, choices_plan
+from solvers.tables import PairTables, StageChoice, choice_terms, choices_plan
 
 OPEN = 1e30  # an absent cap
 LABEL_BUDGET = 4_000_000  # labels of one DP run (about 0.5 GB); beyond it the run stops
@@ -105,25 +105,8 @@ class Chain:
 
     # -- plans -----------------------------------------------------------------------------
     def terms(self, choices: dict[int, StageChoice]) -> Terms:
-        """A plan's period, all-reduce and optimizer terms, computed as
-        :func:`solvers.tables.choice_values` does."""
-        t = self.tables
-        active = sorted(choices)
-        compute, allreduce, optimizer = [], [], []
-        for p in active:
-            k, o, n = choices[p].domain, choices[p].option, choices[p].layers
-            first, last = p == active[-1], p == 0
-            compute.append(n * t.layer_time[o] + first * t.first_time[o] + last * t.last_time[o])
-            params = n * t.layer_params + first * t.embedding_params + last * t.head_params
-            allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
-            optimizer.append(t.optimizer_per_param[o] * params)
-        pairs = [(choices[p + 1].domain, choices[p].domain) for p in active[:-1]]
-        delta = [float(t.delay[a, b]) for a, b in pairs]
-        windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
-                   for k in range(len(active)) for j in range(k, len(active))]
-        period = max([*compute, *(float(t.occupancy[a, b]) for a, b in pairs), *windows])
-        return Terms(choices, period, max(allreduce), max(optimizer),
-                     choice_values(t, choices))
+        """A plan's period, all-reduce and optimizer terms and its objective values."""
+        return Terms(choices, *choice_terms(self.tables, choices))
 
     def violations(self, terms: Terms) -> list[int] | None:
         """None if the plan is feasible; else the domains it overuses (empty: it breaks the

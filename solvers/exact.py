@@ -203,7 +203,8 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     deadline = None if settings.time_limit is None else time.time() + settings.time_limit
     document = instance.to_dict()
     if resume is None:
-        seeds = seed_plans(instance, settings.seeds) + front_plans(instance, settings.seed_front)
+        seeds = list(dict.fromkeys(seed_plans(instance, settings.seeds)
+                                   + front_plans(instance, settings.seed_front)))
         seed_front = Front.from_plans(instance, seeds, "heuristic")
         intervals = split_intervals(settings.units, [int(p.objectives[1])
                                                      for p in seed_front.points])

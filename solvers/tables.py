@@ -177,6 +177,14 @@ def choice_values(tables: PairTables, chosen: dict[int, StageChoice],
     ``links`` gives (delta, occupancy, cost) per boundary from position p+1 to p, in order
     of active positions, as an engine's own link variables hold them; by default they are
     read from the tables."""
+    return choice_terms(tables, chosen, links)[3]
+
+
+def choice_terms(tables: PairTables, chosen: dict[int, StageChoice],
+                 links: tuple[list[float], list[float], list[float]] | None = None
+                 ) -> tuple[float, float, float, ModelValues]:
+    """(1F1B period, largest all-reduce, largest optimizer time, objective values) of the
+    choices, as :func:`choice_values` computes them."""
     t = tables
     active = sorted(chosen)
     compute, allreduce, optimizer = [], [], []
@@ -199,6 +207,7 @@ def choice_values(tables: PairTables, chosen: dict[int, StageChoice],
     period = max([*compute, *occupancy, *windows])
     step = ((t.micro_batches - 1) * period + sum(compute) + 2 * sum(delta)
             + max(allreduce) + max(optimizer))
-    return ModelValues(step_time_s=float(step),
-                       gpus=sum(int(t.gpus[chosen[p].option]) for p in active),
-                       comm_cost=float(sum(cost)))
+    values = ModelValues(step_time_s=float(step),
+                         gpus=sum(int(t.gpus[chosen[p].option]) for p in active),
+                         comm_cost=float(sum(cost)))
+    return float(period), float(max(allreduce)), float(max(optimizer)), values
