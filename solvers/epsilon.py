@@ -120,14 +120,21 @@ class PairPool:
     bounds (and of each pair's combinatorial floor), skips pairs that cannot beat (or tie)
     the best plan known, and solves the others with a step-time cap at that best, which lets
     the engine prune.
+
+    With a ``gap`` a step stops short of proof: a pair is skipped once its bound is within
+    ``gap`` of the best plan, and a pair solved is asked only for a plan below that level
+    (``SolveRequest.bound_target``), so the step's bound ends within ``gap`` of its plan.
     """
 
     def __init__(self, certifiers: list[Certifier], deadline: float | None = None,
-                 solve_limit: float | None = None, tolerance: float = TOLERANCE):
+                 solve_limit: float | None = None, tolerance: float = TOLERANCE,
+                 gap: float = 0.0):
         self.certifiers = certifiers
         self.deadline = deadline
         self.solve_limit = solve_limit
         self.tolerance = tolerance
+        self.gap = gap
+        self.steps: list[Candidate] = []  # what this pool's steps found (with a gap: reused)
         self.memo: dict[int, list[Memo]] = {i: [] for i in range(len(certifiers))}
         self.step_floors: dict[int, list[tuple[float, float, float]]] = \
             {i: [] for i in range(len(certifiers))}  # (gpu cap, cost cap, step floor)
@@ -170,6 +177,15 @@ class PairPool:
         self.step_floors[i].append((gpu_cap, cost_cap, floor))
         return floor
 
+    def _enough(self, best_time: float) -> float:
+        """A pair whose least step time is above this cannot change the step: it cannot
+        beat (or tie) the best plan, or with a ``gap``, it is within the gap of it."""
+        if math.isinf(best_time):
+            return NO_CAP
+        if not self.gap:
+            return best_time * (1 + FIX_SLACK)
+        return best_time * (1 - self.gap * (1 - FIX_SLACK))  # rounding stays within the gap
+
     def _incumbent(self, gpu_cap: float, cost_cap: float) -> tuple[int, Plan, float] | None:
         """The best known plan of any pair meeting the caps: (pair, plan, step time)."""
         request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap)
@@ -183,6 +199,33 @@ class PairPool:
     def min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         """The plan of least step time under the caps (None if no plan is found), with the
         step's proof and bound."""
+        step = self._reuse(gpu_cap, cost_cap) if self.gap else None
+        if step is None:
+            step = self._min_step(gpu_cap, cost_cap)
+            if step is not None:
+                self.steps.append(step)
+        return step
+
+    def _reuse(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
+        """With a gap: an earlier step at looser caps whose plan meets these caps. Its bound
+        holds here too (tighter caps never lower the least step time), so that plan, or a
+        better known one, is within the gap here as well: no solve."""
+        for earlier in self.steps:
+            v = earlier.values
+            if earlier.gpu_cap >= gpu_cap and earlier.cost_cap >= cost_cap \
+                    and v.gpus <= gpu_cap and v.comm_cost <= cost_cap:
+                self.stats.reused += 1
+                plan, values = earlier.plan, earlier.values
+                incumbent = self._incumbent(gpu_cap, cost_cap)
+                if incumbent is not None and incumbent[2] < values.step_time_s:
+                    i, plan = incumbent[0], incumbent[1]
+                    values = ModelValues(*self.certifiers[i].known.values_of(plan))
+                return Candidate(plan, values, gpu_cap, cost_cap,
+                                 earlier.proven and plan == earlier.plan,
+                                 min(earlier.bound, values.step_time_s))
+        return None
+
+    def _min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.certifiers))}
         incumbent = self._incumbent(gpu_cap, cost_cap)
         best_time = math.inf if incumbent is None else incumbent[2]
@@ -192,7 +235,7 @@ class PairPool:
             best = (incumbent[1], ModelValues(*self.certifiers[i].known.values_of(incumbent[1])))
         # The pairs' own floors, where what earlier steps left does not rule them out already
         # (the cutoff only falls during a step); they also order the solves.
-        start_cutoff = NO_CAP if best is None else best_time * (1 + FIX_SLACK)
+        start_cutoff = self._enough(best_time)
         for i, (bound, optimum) in known.items():
             if optimum is None and bound <= start_cutoff:
                 floor = self._floor(i, gpu_cap, cost_cap, start_cutoff)
@@ -201,7 +244,7 @@ class PairPool:
         for i in sorted(known, key=lambda j: known[j][0]):
             bound, optimum = known[i]
             cutoff = NO_CAP if best is None else best_time * (1 + FIX_SLACK)
-            if bound > cutoff:
+            if bound > self._enough(best_time):
                 self.stats.floored += 1
                 floors.append(bound)
                 continue
@@ -212,7 +255,9 @@ class PairPool:
             else:
                 request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap,
                                        step_cap=None if best is None else cutoff,
-                                       time_limit=self._limit())
+                                       time_limit=self._limit(),
+                                       bound_target=None if best is None or not self.gap
+                                       else self._enough(best_time))
                 certified = self.certifiers[i].solve(request, self.deadline)
                 solve = certified.solve
                 self.stats.solves += 1

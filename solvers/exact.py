@@ -1,7 +1,7 @@
 """Exact Pareto fronts: ``python -m solvers.exact``.
 
     python -m solvers.exact INSTANCE.json --out FRONT.json [--engine NAME] [--threads N]
-        [--time-limit S] [--solve-limit S] [--seeds none|fast|baselines|nsga2]
+        [--time-limit S] [--solve-limit S] [--gap G] [--seeds none|fast|baselines|nsga2]
         [--seed-front FRONT.json]
         [--units U] [--workers W | --scheduler ADDRESS] [--resume] [--export mps|lp]
     python -m solvers.exact --suite quick|bench|full --out DIR [...] [--jobs N] [--match TEXT]
@@ -88,6 +88,10 @@ class ExactSettings:
     seed_front: str | None = None
     """A front JSON of the same instance whose plans join the seeds, so that a best-known
     front keeps every plan an earlier run found (its union with this run's)."""
+    gap: float = 0.0
+    """Relative optimality gap a step may stop at (0: exact). With ``gap > 0`` a step ends
+    once its bound is within ``gap`` of its best plan: the front is ``best_known`` with
+    every point's gap at most ``gap`` (where the sweep completes)."""
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -100,6 +104,8 @@ class ExactSettings:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InputError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+        if not 0.0 <= self.gap < 1.0:
+            raise InputError(f"--gap must be in [0, 1), got {self.gap}")
 
 
 # -- the pieces of a sweep ----------------------------------------------------------------
@@ -166,18 +172,23 @@ def split_intervals(units: int, gpu_counts: list[int]) -> list[tuple[float, floa
 # -- one unit: a GPU interval swept in one process ---------------------------------------------
 def run_unit(task: dict) -> dict:
     """Sweep one interval (a JSON-able task, so that it travels to any worker) until it is
-    done or the run's deadline (epoch seconds) passes."""
+    done or the run's deadline (epoch seconds) passes; with ``verbose``, each step found is
+    printed to standard error (where the worker's output goes)."""
     start = time.perf_counter()
     instance = Instance.from_dict(task["instance"])
     settings = ExactSettings(**task["settings"])
     deadline = task["deadline"]
     pool = PairPool(certifiers(instance, settings),
                     None if deadline is None else start + (deadline - time.time()),
-                    settings.solve_limit)
+                    settings.solve_limit, gap=settings.gap)
     add_known(pool, instance, [Plan.from_dict(p, instance) for p in task["seeds"]])
     state = SweepState.from_dict(task["state"], instance)
+    pool.steps.extend(state.candidates)  # with a gap, a resumed sweep reuses them too
+    low, high = state.low, state.high
+    progress = (lambda line: print(f"  ({low:g}, {high:g}] {line}", file=sys.stderr,
+                                   flush=True)) if task.get("verbose") else None
     with contextlib.suppress(OutOfTime):
-        sweep(pool, state)
+        sweep(pool, state, progress)
     engines = EngineStatistics()
     for certifier in pool.certifiers:
         engines.merge(certifier.engine.statistics)
@@ -220,7 +231,8 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
                     "engines": _engine_stats(resume["engines"])}
     tasks = [{"instance": document, "settings": dataclasses.asdict(settings),
               "deadline": deadline, "seeds": [p.to_dict() for p in seeds],
-              "state": state.to_dict()} for state in states if not state.done]
+              "state": state.to_dict(), "verbose": progress is not None}
+             for state in states if not state.done]
     if progress:
         progress(f"{len(tasks)} of {len(states)} GPU intervals to sweep, {len(seeds)} seed plans")
     results = map_tasks(run_unit, tasks, workers, scheduler, on_done=(
@@ -381,6 +393,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> N
     settings = ExactSettings(engine=args.engine, threads=args.threads,
                              time_limit=args.time_limit, solve_limit=args.solve_limit,
                              seeds=args.seeds, units=args.units or max(1, args.workers),
+                             gap=args.gap,
                              seed_front=None if seed_front is None else str(seed_front))
     resume = None
     if args.resume:
@@ -422,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
                              "and --resume continues it")
     parser.add_argument("--solve-limit", type=float, default=None,
                         help="seconds per solve; a sweep continues from incumbents (best_known)")
+    parser.add_argument("--gap", type=float, default=0.0,
+                        help="relative gap at which a step stops (default 0: exact); the "
+                             "front is then best_known with every point's gap <= GAP")
     parser.add_argument("--threads", type=int, default=2,
                         help="HiGHS threads and CP-SAT workers per engine (CP-SAT: >= 2)")
     parser.add_argument("--seeds", default="baselines", help=f"one of {list(SEED_KINDS)}")

@@ -20,6 +20,8 @@ import numpy as np
 
 INF = 1e300
 LABEL_LIMIT = 1  # label_dp's status when it stopped at its label budget
+# The columns of label_dp's label records
+_SEG, _GPUS, _COST, _EXCESS, _VALUE, _NEXT, _ALIVE = 0, 1, 2, 3, 4, 5, 6
 
 
 @nb.njit(cache=True)
@@ -128,23 +130,23 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     plan's option is -1 if none was found below ``value_cap``.
     """
     size = 1 << 14
-    pos = np.empty(size, np.int32)
     placed = np.empty(size, np.int32)
     dom = np.empty(size, np.int32)
-    seg = np.empty(size, np.int32)
-    used_n = np.empty(size, np.int32)
-    used_c = np.empty(size, np.float64)
-    value = np.empty(size, np.float64)
-    excess = np.empty(size, np.float64)
     parent = np.empty(size, np.int32)
     option = np.empty(size, np.int32)
     count_l = np.empty(size, np.int32)
-    alive = np.empty(size, np.bool_)
-    chain = np.empty(size, np.int32)
+    # What the dominance walks read, one row (a cache line) per label: segment GPUs, GPUs,
+    # cost, window excess, value, the next label of its list, alive (1.0) or not.
+    rec = np.empty((size, 8), np.float64)
     width = max(critical_count, 1)
     crit_used = np.zeros((size, width), np.int32)
     used = np.zeros(width, np.int32)
-    head = -np.ones((layers + 1, domains), np.int32)
+    head = -np.ones((layers + 1, domains, positions), np.int32)
+    # Per list, the least and the largest of each compared field over the labels it ever
+    # held: a list whose least is above the new label's in some field cannot dominate it,
+    # one whose largest is below cannot be dominated by it (so the walk is skipped).
+    low = np.full((layers + 1, domains, positions, 5), INF)
+    high = np.full((layers + 1, domains, positions, 5), -INF)
     w_t, w_n, w_c = weights[0], weights[1], weights[2]
     count = 0
     best = value_cap
@@ -154,15 +156,16 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
         start = count
         sources = start if j > 0 else 1
         for src in range(previous_start, sources):
-            if j > 0 and not alive[src]:
+            if j > 0 and rec[src, _ALIVE] == 0.0:
                 continue
             if j == 0:
                 l0, k0, g0, n0, c0, v0, m0 = 0, -1, 0, 0, 0.0, 0.0, -INF
                 for q in range(width):
                     used[q] = 0
             else:
-                l0, k0, g0, n0 = placed[src], dom[src], seg[src], used_n[src]
-                c0, v0, m0 = used_c[src], value[src], excess[src]
+                l0, k0 = placed[src], dom[src]
+                g0, n0 = int(rec[src, _SEG]), int(rec[src, _GPUS])
+                c0, v0, m0 = rec[src, _COST], rec[src, _VALUE], rec[src, _EXCESS]
                 for q in range(width):
                     used[q] = crit_used[src, q]
             for k in range(domains):
@@ -212,63 +215,88 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                             if ck >= 0:
                                 old = used[ck]
                                 used[ck] = g_key
+                            # Dominance, against the labels of the same (layers, domain) at
+                            # positions up to j, newest first (a dominating label is most
+                            # often a recent one, made from the same or a close source).
                             dominated = False
-                            e, before = head[l1, k], -1
-                            while e >= 0:
-                                if not alive[e]:  # unlink it: later walks skip it
-                                    e = chain[e]
-                                    if before < 0:
-                                        head[l1, k] = e
-                                    else:
-                                        chain[before] = e
+                            for jj in range(j, -1, -1):
+                                least = low[l1, k, jj]
+                                if least[_SEG] > g_key or least[_GPUS] > n_key \
+                                        or least[_COST] > c_key or least[_EXCESS] > m_key \
+                                        or (not feasibility and least[_VALUE] > v1):
                                     continue
-                                if pos[e] <= j and seg[e] <= g_key \
-                                        and used_n[e] <= n_key and used_c[e] <= c_key \
-                                        and excess[e] <= m_key \
-                                        and (feasibility or value[e] <= v1):
-                                    dominated = True
-                                    for q in range(critical_count):
-                                        if crit_used[e, q] > used[q]:
-                                            dominated = False
-                                            break
-                                    if dominated:
-                                        break
-                                before, e = e, chain[e]
-                            if not dominated:
-                                e = head[l1, k]
+                                e, before = head[l1, k, jj], -1
                                 while e >= 0:
-                                    if pos[e] >= j and g_key <= seg[e] \
-                                            and n_key <= used_n[e] and c_key <= used_c[e] \
-                                            and m_key <= excess[e] \
-                                            and (feasibility or v1 <= value[e]):
+                                    after = int(rec[e, _NEXT])
+                                    if rec[e, _ALIVE] == 0.0:  # unlink it: later walks skip it
+                                        e = after
+                                        if before < 0:
+                                            head[l1, k, jj] = e
+                                        else:
+                                            rec[before, _NEXT] = e
+                                        continue
+                                    if rec[e, _SEG] <= g_key and rec[e, _GPUS] <= n_key \
+                                            and rec[e, _COST] <= c_key \
+                                            and rec[e, _EXCESS] <= m_key \
+                                            and (feasibility or rec[e, _VALUE] <= v1):
+                                        dominated = True
+                                        for q in range(critical_count):
+                                            if crit_used[e, q] > used[q]:
+                                                dominated = False
+                                                break
+                                        if dominated:
+                                            if before >= 0:  # to the front: it may again
+                                                rec[before, _NEXT] = after
+                                                rec[e, _NEXT] = head[l1, k, jj]
+                                                head[l1, k, jj] = e
+                                            break
+                                    before, e = e, after
+                                if dominated:
+                                    break
+                            if not dominated:
+                                # The labels it dominates: at position j (those before are
+                                # complete and at an earlier position).
+                                most = high[l1, k, j]
+                                e = head[l1, k, j]
+                                if most[_SEG] < g_key or most[_GPUS] < n_key \
+                                        or most[_COST] < c_key or most[_EXCESS] < m_key \
+                                        or (not feasibility and most[_VALUE] < v1):
+                                    e = -1
+                                while e >= 0:
+                                    if g_key <= rec[e, _SEG] and n_key <= rec[e, _GPUS] \
+                                            and c_key <= rec[e, _COST] \
+                                            and m_key <= rec[e, _EXCESS] \
+                                            and (feasibility or v1 <= rec[e, _VALUE]):
                                         covers = True
                                         for q in range(critical_count):
                                             if used[q] > crit_used[e, q]:
                                                 covers = False
                                                 break
                                         if covers:
-                                            alive[e] = False
-                                    e = chain[e]
-                                if count == pos.shape[0]:
+                                            rec[e, _ALIVE] = 0.0
+                                    e = int(rec[e, _NEXT])
+                                if count == placed.shape[0]:
                                     if count >= label_budget:
                                         return (LABEL_LIMIT, best, count, parent, option, count_l,
                                                 dom, best_parent, best_option, best_layers,
                                                 best_domain)
                                     grown = 2 * count
-                                    pos, placed = _grow(pos, grown), _grow(placed, grown)
-                                    dom, seg = _grow(dom, grown), _grow(seg, grown)
-                                    used_n, used_c = _grow(used_n, grown), _grow(used_c, grown)
-                                    value, excess = _grow(value, grown), _grow(excess, grown)
+                                    placed, dom = _grow(placed, grown), _grow(dom, grown)
                                     parent, option = _grow(parent, grown), _grow(option, grown)
-                                    count_l, alive = _grow(count_l, grown), _grow(alive, grown)
-                                    chain, crit_used = _grow(chain, grown), _grow(crit_used, grown)
+                                    count_l, rec = _grow(count_l, grown), _grow(rec, grown)
+                                    crit_used = _grow(crit_used, grown)
                                 i = count
                                 count += 1
-                                pos[i], placed[i], dom[i], seg[i] = j, l1, k, g_key
-                                used_n[i], used_c[i], value[i], excess[i] = n_key, c_key, v1, m_key
+                                placed[i], dom[i] = l1, k
                                 parent[i] = src if j > 0 else -1
-                                option[i], count_l[i], alive[i] = o, n, True
-                                chain[i], head[l1, k] = head[l1, k], i
+                                option[i], count_l[i] = o, n
+                                rec[i, _SEG], rec[i, _GPUS], rec[i, _COST] = g_key, n_key, c_key
+                                rec[i, _EXCESS], rec[i, _VALUE] = m_key, v1
+                                rec[i, _NEXT], rec[i, _ALIVE] = head[l1, k, j], 1.0
+                                head[l1, k, j] = i
+                                for f in range(5):
+                                    low[l1, k, j, f] = min(low[l1, k, j, f], rec[i, f])
+                                    high[l1, k, j, f] = max(high[l1, k, j, f], rec[i, f])
                                 for q in range(width):
                                     crit_used[i, q] = used[q]
                             if ck >= 0:

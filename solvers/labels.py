@@ -184,7 +184,13 @@ class _Search:
             low, top = 0.0, OPEN
         else:
             low = max(self.period_floor, self.chain.known_period_floor(caps))
-            top = ceiling / w[0] / self.m1 if ceiling < math.inf else None
+            # T >= (m - 1) P + least compute: a plan below the ceiling has a period below
+            # top. The bisection probes top first: no plan there ends the relaxation in one
+            # run (with a bound target, the usual case).
+            top = None if ceiling == math.inf \
+                else (ceiling / w[0] - self.chain.least_compute) / self.m1
+            if top is not None and top < low:
+                return None
             found = self.least_period(caps, low, top)
             if found is None:
                 return None

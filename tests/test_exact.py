@@ -293,3 +293,54 @@ def test_an_earlier_fronts_plans_join_the_seeds():
                                                          time_limit=1e-3))
     assert front.status == "best_known"
     assert fronts_agree(front, Front.load(earlier, instance))
+
+
+# -- a gap -------------------------------------------------------------------------------------
+def _covered_within(front: Front, reference: np.ndarray, gap: float) -> np.ndarray:
+    """Per reference point z: some point y of ``front`` has N_y <= N_z, C_y <= C_z and
+    T_y <= T_z / (1 - gap) (what a sweep whose steps stop within ``gap`` guarantees)."""
+    ours = front.objectives
+    out = []
+    for t, n, c in reference:
+        out.append(bool(np.any((ours[:, 1] <= n) & (ours[:, 2] <= c * (1 + 1e-9) + 1e-12)
+                               & (ours[:, 0] <= t / (1 - gap) * (1 + 1e-9)))))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("gap", [0.02, 0.2])
+def test_a_gap_front_is_within_its_gap_of_brute_force(tiny_fronts, gap):
+    from solvers.exact import ExactSettings
+
+    instance, _, brute = tiny_fronts
+    front = exact_front(instance, settings=ExactSettings(gap=gap))
+    assert front.provenance["parameters"]["gap"] == gap
+    assert all(p.gap is not None and p.gap <= gap for p in front.points)
+    assert _covered_within(front, brute.objectives, gap).all()
+    for point in front.points:  # a bound is a bound: no plan under its caps is below it
+        assert point.bound <= point.objectives[0] * (1 + 1e-9)
+        under = brute.objectives[(brute.objectives[:, 1] <= point.objectives[1])
+                                 & (brute.objectives[:, 2] <= point.objectives[2] + 1e-12)]
+        assert under[:, 0].min() >= point.bound * (1 - 1e-9)
+
+
+def test_a_gap_front_of_the_quick_suite_covers_the_committed_fronts():
+    from solvers.exact import ExactSettings
+
+    gap = 0.01
+    for path in suite_paths("quick"):
+        instance = Instance.load(path)
+        front = exact_front(instance, settings=ExactSettings(gap=gap, seeds="fast"))
+        committed = Front.load(FRONTS / "quick" / f"{path.stem}.front.json", instance)
+        assert front.largest_gap <= gap, path.stem
+        assert _covered_within(front, committed.objectives, gap).all(), path.stem
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1", "nan"])
+def test_cli_bad_gap_is_one_line_and_exit_2(tmp_path, value):
+    instance = tiny_instance(1, **TINY[1])
+    path = tmp_path / "tiny.json"
+    instance.save(path)
+    done = _cli(str(path), "--out", str(tmp_path / "x.json"), "--gap", value)
+    assert done.returncode == 2, done.stderr
+    assert "--gap" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "x.json").exists()
