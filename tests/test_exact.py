@@ -80,7 +80,7 @@ def test_run_time_check_rejects_a_model_that_disagrees_with_the_evaluator():
 
 def test_a_time_limit_gives_a_best_known_front_never_exact():
     instance = Instance.load(suite_paths("quick")[0])
-    front = exact_front(instance, time_limit=0.5)
+    front = exact_front(instance, time_limit=0.05)  # the whole front takes about 0.4 s
     assert front.status == "best_known"
     assert front.provenance["complete"] is False or front.provenance["unproven_steps"] > 0
 
