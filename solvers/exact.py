@@ -24,6 +24,10 @@ uninterrupted run reaches.
 A front is labelled ``exact`` only if every interval was swept and every step proven;
 otherwise ``best_known``, each point carrying its certified bound and gap, and NSGA-II's and
 the baselines' plans that no solver point matched joined in as ``heuristic`` points.
+``--gap G`` lets each step stop once its bound is within G of its plan (for fronts that do
+not finish exactly): the front is then ``best_known``, every point's gap at most G, and
+every point of the exact front has one of this front within G of its step time with no
+more GPUs and cost (:class:`solvers.epsilon.PairPool`).
 ``--export`` writes each (dp, micro-batch) model beside ``--out`` for use with other solvers.
 """
 
