@@ -186,15 +186,19 @@ class PairPool:
             return best_time * (1 + FIX_SLACK)
         return best_time * (1 - self.gap * (1 - FIX_SLACK))  # rounding stays within the gap
 
-    def _incumbent(self, gpu_cap: float, cost_cap: float) -> tuple[int, Plan, float] | None:
-        """The best known plan of any pair meeting the caps: (pair, plan, step time)."""
+    def _incumbent(self, gpu_cap: float, cost_cap: float
+                   ) -> tuple[Plan, ModelValues] | None:
+        """The best known plan of any pair meeting the caps, and its values."""
         request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap)
         best = None
         for i, certifier in enumerate(self.certifiers):
             known = certifier.known.best(request)
             if known is not None and (best is None or known[1] < best[2]):
                 best = (i, known[0], known[1])
-        return best
+        if best is None:
+            return None
+        i, plan, _ = best
+        return plan, ModelValues(*self.certifiers[i].known.values_of(plan))
 
     def min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         """The plan of least step time under the caps (None if no plan is found), with the
@@ -217,9 +221,8 @@ class PairPool:
                 self.stats.reused += 1
                 plan, values = earlier.plan, earlier.values
                 incumbent = self._incumbent(gpu_cap, cost_cap)
-                if incumbent is not None and incumbent[2] < values.step_time_s:
-                    i, plan = incumbent[0], incumbent[1]
-                    values = ModelValues(*self.certifiers[i].known.values_of(plan))
+                if incumbent is not None and incumbent[1].step_time_s < values.step_time_s:
+                    plan, values = incumbent
                 return Candidate(plan, values, gpu_cap, cost_cap,
                                  earlier.proven and plan == earlier.plan,
                                  min(earlier.bound, values.step_time_s))
@@ -227,12 +230,8 @@ class PairPool:
 
     def _min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.certifiers))}
-        incumbent = self._incumbent(gpu_cap, cost_cap)
-        best_time = math.inf if incumbent is None else incumbent[2]
-        best: tuple[Plan, ModelValues] | None = None
-        if incumbent is not None:
-            i = incumbent[0]
-            best = (incumbent[1], ModelValues(*self.certifiers[i].known.values_of(incumbent[1])))
+        best = self._incumbent(gpu_cap, cost_cap)
+        best_time = math.inf if best is None else best[1].step_time_s
         # The pairs' own floors, where what earlier steps left does not rule them out already
         # (the cutoff only falls during a step); they also order the solves.
         start_cutoff = self._enough(best_time)
@@ -244,7 +243,8 @@ class PairPool:
         for i in sorted(known, key=lambda j: known[j][0]):
             bound, optimum = known[i]
             cutoff = NO_CAP if best is None else best_time * (1 + FIX_SLACK)
-            if bound > self._enough(best_time):
+            enough = self._enough(best_time)
+            if bound > enough:
                 self.stats.floored += 1
                 floors.append(bound)
                 continue
@@ -256,8 +256,7 @@ class PairPool:
                 request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap,
                                        step_cap=None if best is None else cutoff,
                                        time_limit=self._limit(),
-                                       bound_target=None if best is None or not self.gap
-                                       else self._enough(best_time))
+                                       bound_target=enough if self.gap and best else None)
                 certified = self.certifiers[i].solve(request, self.deadline)
                 solve = certified.solve
                 self.stats.solves += 1
