@@ -78,25 +78,37 @@ _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and p
 
 def _hippo(instance: Instance, seed: int, normalisation: dict | None,
            options: dict) -> MethodRun:
-    from rl.decide import DEFAULT_CHECKPOINT, Scheduler, preference_grid
+    from formulation.evaluator import evaluate_plans
+    from rl.decide import DEFAULT_CHECKPOINT, SWEEP_PREFERENCES, Scheduler, sweep_front
+    from rl.env import NoPlanWithinBudget
+    from rl.masks import NO_BUDGETS
 
     hippo = options.get("hippo", {})
     checkpoint = str(hippo.get("checkpoint") or DEFAULT_CHECKPOINT)
     scheduler = _SCHEDULERS.get(checkpoint)
     if scheduler is None:
         scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
-    plans, latencies = [], []
-    # the front sweeps the suite's preferences and a grid over the simplex
-    sweep = dict.fromkeys([*map(tuple, options["preferences"]),
-                           *preference_grid(hippo.get("grid", 10))])
-    for weights in sweep:  # one decision per preference vector
+    latencies = []
+
+    def decide(weights, budgets):  # one timed decision
         start = time.perf_counter()
-        plans += [plan for plan, _ in scheduler.plans(instance, weights,
-                                                      hippo.get("samples", 0), seed,
-                                                      hippo.get("polish", 0))]
-        latencies.append(time.perf_counter() - start)
+        try:
+            return scheduler.plans(instance, weights, hippo.get("samples", 0), seed,
+                                   hippo.get("polish", 0), budgets, hippo.get("starts", False))
+        finally:
+            latencies.append(time.perf_counter() - start)
+
+    # the budget sweep (epsilon-constraint-like), then one decision per suite preference
+    plans, _ = sweep_front(decide, lambda plan: float(evaluate_plans(instance, [plan])
+                                                       .comm_cost[0]),
+                           SWEEP_PREFERENCES, hippo.get("cost_steps", 4))
+    for weights in options["preferences"]:
+        try:
+            plans += [plan for plan, _ in decide(weights, NO_BUDGETS)]
+        except NoPlanWithinBudget:  # the instance's own cost budget admits no plan
+            break
     front = Front.from_plans(instance, plans, "heuristic")
-    feasible = int(score(instance, plans)[1].sum())
+    feasible = int(score(instance, plans)[1].sum()) if plans else 0
     return MethodRun(front, len(plans), feasible, decision_latencies=latencies)
 
 
@@ -108,9 +120,9 @@ DESCRIPTIONS = {
     "sailor": "Sailor-like DP planner",
     "dtfm": "DT-FM-like GA with open-loop TSP order",
     "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
-    "hippo": "Hi-PPO agent: one greedy plan per preference vector, swept over the suite's "
-             "preferences and a 0.1 grid of the simplex (rl.decide); --hippo-samples adds "
-             "sampled plans, --hippo-polish their local-search optima",
+    "hippo": "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets "
+             "at each GPU level) and one plan per suite preference (rl.decide); "
+             "--hippo-samples adds sampled plans, --hippo-polish their local-search optima",
 }
 METHODS: dict[str, Method] = {
     # The committed exact front, scored like a method so that every table shows what the

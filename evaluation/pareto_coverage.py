@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
     parser.add_argument("--hippo-polish", type=int, default=0,
                         help="Hi-PPO: rounds of local search on each plan (0: none)")
+    parser.add_argument("--hippo-starts", action="store_true",
+                        help="Hi-PPO: one greedy episode per (dp, micro-batch) pair in "
+                        "every decision")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="Hi-PPO checkpoint (default: the shipped one)")
     parser.add_argument("--target-gap", type=float, default=0.05,
@@ -174,6 +177,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     nsga2 = {key: value for key in ("generations", "population", "descent")
              if (value := getattr(args, key)) is not None}
     hippo = {"samples": args.hippo_samples, "polish": args.hippo_polish,
+             "starts": args.hippo_starts,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,

@@ -72,6 +72,7 @@ def method_frame(records: list[dict], units: pd.DataFrame) -> pd.DataFrame:
                     percentiles([t for r in own for t in r["latency_s"]]).items()})
         row.update({f"intra_latency_{k}_s": v for k, v in
                     percentiles([t for r in own for t in r["intra_latency_s"]]).items()})
+        row["front_decisions"] = float(np.mean([r.get("front_decisions", 1) for r in own]))
         row["front_wall_median_s"] = float(np.median([t for r in own
                                                       for t in r["front_wall_s"]]))
         reached = np.array([r["time_to_target_s"] for r in own])

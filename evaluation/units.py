@@ -153,6 +153,8 @@ def run_unit(unit: WorkUnit) -> dict:
         "reference_wall_s": reference_front.provenance.get("wall_time_s", math.nan),
         "points": points.tolist(), "reference": reference.objectives.tolist(),
         "decisions": outcome.decisions, "feasible": outcome.feasible,
+        "front_decisions": (1 if outcome.decision_latencies is None
+                            else len(outcome.decision_latencies)),
         "feasibility": outcome.feasible / outcome.decisions if outcome.decisions else 0.0,
         "repeatable": all(fronts_agree(front, other.front) for other in outcomes),
         "latency_s": latencies, "intra_latency_s": intra_latencies,

@@ -1,19 +1,24 @@
-"""Hi-PPO decisions: a plan for an instance state and a preference, with its explanation.
+"""Hi-PPO decisions: a plan for an instance state, a preference and budgets, explained.
 
-    python -m rl.decide INSTANCE --weights w1,w2,w3 [--samples N] [--polish ROUNDS]
-                        [--seed S] [--checkpoint FILE] [--heatmap FILE.png] [--out PLAN.json]
+    python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
+                        [--step-cap S] [--samples N] [--polish ROUNDS] [--seed S]
+                        [--checkpoint FILE] [--heatmap FILE.png] [--out PLAN.json]
 
 prints JSON: the plan, its objectives and evaluation (from the evaluator), the decision
 latency, the reward decomposition (R_eff, R_util, R_cost and R) and a rule summary: which
-links (bandwidth, latency, share of the 1F1B period they keep busy), memory limits and GPU
-counts drove the chain and the cuts, and which term sets the period. ``--samples N`` also
-draws N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS``
-also improves each plan by at most that many rounds of local search on the reward
-(:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap`` draws the
-cross-domain traffic (GB per step between domains).
+budget binds and by how much, which links (bandwidth, latency, share of the 1F1B period
+they keep busy), memory limits and GPU counts drove the chain and the cuts, and which term
+sets the period. ``--gpus`` and ``--cost-budget`` are met exactly (the masks); a budget no
+plan meets is one line, "no plan within budget", and exit status 2. ``--step-cap`` is
+soft: the agent was trained to meet it (a Lagrange penalty), and the explanation says
+when the plan misses it. ``--samples N`` also draws N plans from the policy and keeps the
+one with the best reward. ``--polish ROUNDS`` also improves each plan by at most that many
+rounds of local search on the reward, within the budgets (:mod:`solvers.local_search`; the
+decision latency includes it). ``--heatmap`` draws the cross-domain traffic (GB per step
+between domains).
 
-:class:`Scheduler` is the API; :meth:`Scheduler.front` sweeps preference vectors (and
-optional samples) into a front in the common format.
+:class:`Scheduler` is the API; :meth:`Scheduler.front` builds a front by budget sweeps
+(:func:`sweep_front`).
 """
 
 from __future__ import annotations
@@ -28,15 +33,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from formulation.evaluator import cost_model
+from formulation.evaluator import cost_model, evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
 from formulation.reward import check_weights, reward, reward_terms
 from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
-from instances.suites import PREFERENCES
-from rl.env import NoFeasiblePlan, PlanEnv
-from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
+from rl.env import (
+    BUCKETS,
+    PAIR,
+    SOFT_CONSTRAINTS,
+    Multipliers,
+    NoFeasiblePlan,
+    NoPlanWithinBudget,
+    PlanEnv,
+)
+from rl.masks import NO_BUDGETS, Budgets
+from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import HiPPOConfig, load_checkpoint, make_policy
 from solvers.front import Front, versions
 from solvers.local_search import local_search
@@ -52,11 +65,22 @@ def preference_grid(steps: int = 10) -> list[tuple[float, float, float]]:
             for i in range(steps + 1) for j in range(steps + 1 - i)]
 
 
+SWEEP_PREFERENCES = ((1.0, 0.0, 0.0),)
+"""Preferences of a default front sweep: the step time under GPU and cost budgets is the
+epsilon-constraint problem whose solutions are the front (SPEC 4)."""
+COST_STEP = 0.02  # a cost budget this much below the last plan's cost
+COST_STEPS = 4  # cost budgets tried per GPU level (the last one: 0, a one-domain plan)
+
+
 @dataclass
-class Decision:
+class PlanDecision:
+    """One Hi-PPO decision: the plan, its evaluation, the preference and budgets it was
+    made for, its latency, reward split and explanation."""
+
     plan: Plan
     evaluation: Evaluation
     weights: np.ndarray
+    budgets: Budgets
     latency_s: float
     reward: dict[str, float]
     explanation: list[str]
@@ -65,8 +89,8 @@ class Decision:
         return {"plan": self.plan.to_dict(instance),
                 "objectives": list(self.evaluation.objectives),
                 "evaluation": self.evaluation.to_dict(), "weights": self.weights.tolist(),
-                "latency_s": self.latency_s, "reward": self.reward,
-                "explanation": self.explanation}
+                "budgets": self.budgets.to_dict(), "latency_s": self.latency_s,
+                "reward": self.reward, "explanation": self.explanation}
 
 
 class Scheduler:
@@ -81,35 +105,52 @@ class Scheduler:
             raise InputError(f"checkpoint {str(checkpoint)!r}: not a Hi-PPO checkpoint "
                              f"({type(err).__name__})") from None
         self.policy.eval()
+        # decisions only: the same graph within a segment is encoded once
+        self.policy.encoder = CachedEncoder(self.policy.encoder)
+        self.multipliers = Multipliers(np.asarray(payload.get("multipliers", 0.0),
+                                                  dtype=float)
+                                       * np.ones((len(SOFT_CONSTRAINTS), BUCKETS)))
         self.checkpoint = str(checkpoint)
         self.env = PlanEnv()
         self.envs = [self.env]  # one per episode run in lockstep (:meth:`_episodes`)
         torch.set_num_threads(1)
 
-    def _episodes(self, instance: Instance, weights: np.ndarray, samples: int,
-                  generator: torch.Generator) -> list[tuple[Plan, float]]:
-        """The greedy episode and ``samples`` sampled ones, run in lockstep: one batched
-        forward pass per step for all the episodes still building (a small network costs
-        about the same for one observation as for several)."""
-        while len(self.envs) < samples + 1:  # the envs share one cache of instance rules
+    def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
+                  samples: int, generator: torch.Generator,
+                  starts: bool = False) -> list[tuple[Plan, float]]:
+        """The greedy episode (with ``starts``, one greedy episode from each (dp,
+        micro-batch) pair within the budgets, as POMO's multiple starts) and ``samples``
+        sampled ones, run in lockstep: one batched forward pass per step for all the
+        episodes still building (a small network costs about the same for one observation
+        as for several)."""
+        options = {"instance": instance, "weights": weights, "budgets": budgets,
+                   "multipliers": self.multipliers}
+        first = self.env.reset(options=options)[0]  # raises when no plan is possible
+        pairs = [None]
+        if starts:
+            cache = self.env.cache
+            pairs = [cache.pair_codes[i] for i in cache.pairs_within(self.env.budgets)]
+        greedy = len(pairs)
+        while len(self.envs) < greedy + samples:  # the envs share one cache of rules
             self.envs.append(PlanEnv(caches=self.env.caches))
-        envs = self.envs[:samples + 1]
-        observations = [env.reset(options={"instance": instance, "weights": weights})[0]
-                        for env in envs]
+        envs = self.envs[:greedy + samples]
+        observations = [first] + [env.reset(options=options)[0] for env in envs[1:]]
         results: list[tuple[Plan, float] | None] = [None] * len(envs)
         active = list(range(len(envs)))
         while active:
             batch = {key: np.stack([observations[i][key] for i in active])
                      for key in OBS_KEYS}
             with torch.no_grad():
-                logits, _ = self.policy(as_tensors(batch))
+                logits, _ = self.policy(as_tensors(batch), value=False)
                 actions = logits.argmax(dim=-1)
-                sampled = 1 if active[0] == 0 else 0  # the first sampled row (0: greedy)
-                if len(active) > sampled:
-                    probs = torch.softmax(logits[sampled:], dim=-1)
-                    actions[sampled:] = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                sampled = [row for row, i in enumerate(active) if i >= greedy]
+                if sampled:
+                    probs = torch.softmax(logits[sampled], dim=-1)
+                    actions[sampled] = torch.multinomial(probs, 1, generator=generator)[:, 0]
             still = []
             for i, action in zip(active, actions.tolist(), strict=True):
+                if i < greedy and pairs[i] is not None and envs[i].phase == PAIR:
+                    action = pairs[i]  # this start's pair
                 observations[i], value, terminated, _, info = envs[i].step(int(action))
                 if info.get("invalid_action"):  # cannot happen with the masks; fail loudly
                     raise RuntimeError("the policy left the action mask")
@@ -121,28 +162,39 @@ class Scheduler:
         return results
 
     def plans(self, instance: Instance, weights, samples: int = 0, seed: int = 0,
-              polish: int = 0) -> list[tuple[Plan, float]]:
-        """The greedy plan and ``samples`` sampled ones, each with its reward, and with
+              polish: int = 0, budgets: Budgets = NO_BUDGETS,
+              starts: bool = False) -> list[tuple[Plan, float]]:
+        """The greedy plan (with ``starts``, one per (dp, micro-batch) pair) and
+        ``samples`` sampled ones within ``budgets``, each with its reward, and with
         ``polish`` > 0 the local optima reached from them by at most that many rounds of
-        local search; none where the instance admits no plan at all."""
+        local search (within the budgets); none where the instance admits no plan at all.
+        Raises :class:`NoPlanWithinBudget` where plans exist but none within the
+        budgets."""
         weights = np.asarray(weights, dtype=float)
         generator = torch.Generator().manual_seed(seed)
         try:  # the first reset raises, before any sampling
-            out = self._episodes(instance, weights, samples, generator)
+            out = self._episodes(instance, weights, budgets, samples, generator, starts)
+        except NoPlanWithinBudget:
+            raise
         except NoFeasiblePlan:
             return []
         if polish > 0:
-            scale = self.env.cache.scale
-            out += [local_search(instance, plan, weights, scale, rounds=polish)
-                    for plan, _ in out]
+            scale, limits = self.env.cache.scale, self.env.budgets.limits()
+            out += [local_search(instance, plan, weights, scale, rounds=polish,
+                                 limits=limits) for plan, _ in out]
         return out
 
     def decide(self, instance: Instance, weights, samples: int = 0, seed: int = 0,
-               polish: int = 0) -> Decision:
+               polish: int = 0, budgets: Budgets = NO_BUDGETS,
+               starts: bool = False) -> PlanDecision:
         """The best-rewarded of the greedy, sampled and polished plans, timed and
         explained."""
         start = time.perf_counter()
-        candidates = self.plans(instance, weights, samples, seed, polish)
+        try:
+            candidates = self.plans(instance, weights, samples, seed, polish, budgets,
+                                    starts)
+        except NoPlanWithinBudget as err:
+            raise InputError(str(err)) from None
         if not candidates:
             raise InputError(f"instance {instance.name!r}: no feasible plan exists (the "
                              "model fits in no combination of the free GPUs)")
@@ -154,28 +206,122 @@ class Scheduler:
         objectives = np.array([result.objectives], dtype=float)
         terms = reward_terms(objectives, scale)[0]
         total = float(reward(objectives, weights, scale)[0])
-        return Decision(plan, result, weights, latency,
-                        {"R_eff": float(terms[0]), "R_util": float(terms[1]),
-                         "R_cost": float(terms[2]), "R": total,
-                         "T_base_s": scale.t_base, "C_base_usd": scale.c_base},
-                        explain(instance, plan, result))
+        return PlanDecision(plan, result, weights, budgets, latency,
+                            {"R_eff": float(terms[0]), "R_util": float(terms[1]),
+                             "R_cost": float(terms[2]), "R": total,
+                             "T_base_s": scale.t_base, "C_base_usd": scale.c_base},
+                            explain_budgets(self.env, plan, result)
+                            + explain(instance, plan, result))
 
-    def front(self, instance: Instance, preferences=PREFERENCES, samples: int = 0,
-              seed: int = 0, polish: int = 0) -> Front:
-        """Plans for every preference vector (greedy plus samples, and their polished
-        versions) as a heuristic front."""
+    def front(self, instance: Instance, preferences=SWEEP_PREFERENCES, samples: int = 0,
+              seed: int = 0, polish: int = 0, cost_steps: int = COST_STEPS,
+              starts: bool = False) -> Front:
+        """A front by budget sweeps (:func:`sweep_front`): for each preference, the GPU
+        budget steps down below each decision's plan, and at each GPU level up to
+        ``cost_steps`` cost budgets below its plan's cost."""
         start = time.perf_counter()
-        plans = [plan for w in preferences
-                 for plan, _ in self.plans(instance, w, samples, seed, polish)]
+        plans, decisions = sweep_front(
+            lambda w, budgets: self.plans(instance, w, samples, seed, polish, budgets,
+                                          starts),
+            lambda plan: float(evaluate_plans(instance, [plan]).comm_cost[0]),
+            preferences, cost_steps)
         front = Front.from_plans(instance, plans, "heuristic")
         front.provenance = {"command": "rl.decide.Scheduler.front()", "method": "hippo",
                             "versions": {**versions(), "torch": torch.__version__},
                             "parameters": {"checkpoint": self.checkpoint, "samples": samples,
+                                           "starts": starts,
                                            "seed": seed, "polish": polish,
+                                           "cost_steps": cost_steps,
                                            "preferences": [list(w) for w in preferences]},
                             "wall_time_s": round(time.perf_counter() - start, 4),
-                            "decisions": len(plans)}
+                            "decisions": decisions}
         return front
+
+
+def sweep_front(decide, cost_of, preferences,
+                cost_steps: int = COST_STEPS) -> tuple[list[Plan], int]:
+    """Plans of an epsilon-constraint-like sweep of budgets, and the number of decisions.
+
+    ``decide(weights, budgets)`` returns a decision's candidate plans with their rewards
+    (raising :class:`~rl.env.NoPlanWithinBudget` when none exists); ``cost_of(plan)`` is a
+    plan's traffic cost per step. For each preference:
+    no budget first, then a GPU budget one below the GPUs of the last decision's plan,
+    until no plan fits; at each GPU level, cost budgets ``COST_STEP`` below the last plan's
+    cost, at most ``cost_steps`` of them, the last one 0 (a plan without WAN traffic)."""
+    plans: list[Plan] = []
+    decisions = 0
+
+    def one(weights, budgets: Budgets) -> Plan | None:
+        nonlocal decisions
+        try:
+            candidates = decide(weights, budgets)
+        except NoPlanWithinBudget:
+            return None
+        decisions += 1
+        plans.extend(plan for plan, _ in candidates)
+        return max(candidates, key=lambda item: item[1])[0] if candidates else None
+
+    for weights in preferences:
+        budgets = NO_BUDGETS
+        while (plan := one(weights, budgets)) is not None:
+            gpus = plan.gpus()
+            cost_plan = plan
+            for step in range(cost_steps):
+                cost = cost_of(cost_plan)
+                if not cost > 0:
+                    break
+                level = 0.0 if step == cost_steps - 1 else cost * (1 - COST_STEP)
+                cost_plan = one(weights, Budgets(gpus=gpus, cost=level))
+                if cost_plan is None:
+                    if level > 0:  # nothing cheaper by a step: try no traffic at all
+                        cost_plan = one(weights, Budgets(gpus=gpus, cost=0.0))
+                    break
+            if gpus <= 1:
+                break
+            budgets = Budgets(gpus=gpus - 1)
+    return plans, decisions
+
+
+def explain_budgets(env: PlanEnv, plan: Plan, result: Evaluation) -> list[str]:
+    """Which budget binds and by how much (none without budgets)."""
+    budgets, instance = env.budgets, env.task.instance
+    step_time, gpus, cost = result.objectives
+    lines = []
+    if budgets.gpus is not None:
+        search = instance.search
+        tp = min((t for t in search.tp if t <= instance.gpu.gpus_per_node
+                  and instance.model.heads % t == 0), default=1)
+        stage = plan.dp * tp  # the smallest stage of the plan's dp
+        lines.append(binding(f"GPU budget {budgets.gpus}", budgets.gpus, int(gpus), stage,
+                             f"another stage (dp {plan.dp} x tp {tp})", "{:d}"))
+    if budgets.cost is not None:
+        k = instance.num_domains
+        m = instance.training.global_batch // (plan.dp * plan.micro_batch)
+        ends = np.nonzero(~np.eye(k, dtype=bool))
+        crossing = np.asarray(cost_model(instance).boundary_cost(
+            ends[0], ends[1], plan.micro_batch, plan.dp, m), dtype=float)
+        cheapest = float(crossing[crossing > 0].min()) if (crossing > 0).any() else 0.0
+        lines.append(binding(f"cost budget {budgets.cost:.6g} USD/step", budgets.cost, cost,
+                             cheapest, "the cheapest further WAN boundary", "{:.6g}"))
+    if budgets.step_time is not None:
+        if step_time <= budgets.step_time * (1 + 1e-12):
+            lines.append(f"step-time cap {budgets.step_time:.6g} s met: {step_time:.6g} s")
+        else:
+            lines.append(f"step-time cap {budgets.step_time:.6g} s missed by "
+                         f"{100 * (step_time / budgets.step_time - 1):.1f} % "
+                         f"({step_time:.6g} s; the cap is soft)")
+    return lines
+
+
+def binding(name: str, budget: float, used: float, step: float, what: str,
+            number: str) -> str:
+    """One line: whether a budget binds, i.e. whether its slack is below the ``step`` the
+    plan would need to grow by (``what``)."""
+    slack = budget - used
+    if slack < step:
+        return (f"{name} binds: the plan takes {number.format(used)}, {what} would need "
+                f"{number.format(step)} more, {number.format(step - slack)} beyond it")
+    return f"{name} does not bind: the plan takes {number.format(used)}"
 
 
 def explain(instance: Instance, plan: Plan, result: Evaluation) -> list[str]:
@@ -271,7 +417,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("instance", type=Path)
     parser.add_argument("--weights", required=True, help="w1,w2,w3 (efficiency, "
                         "utilisation, cost)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPU budget: the plan takes at most this many GPUs")
+    parser.add_argument("--cost-budget", type=float, default=None,
+                        help="traffic-cost budget, USD per step")
+    parser.add_argument("--step-cap", type=float, default=None,
+                        help="step-time cap, seconds (soft: the explanation says if missed)")
     parser.add_argument("--samples", type=int, default=0)
+    parser.add_argument("--starts", action="store_true",
+                        help="one greedy episode per (dp, micro-batch) pair, the best kept")
     parser.add_argument("--polish", type=int, default=0,
                         help="rounds of local search on each plan (0: none)")
     parser.add_argument("--seed", type=int, default=0)
@@ -286,9 +440,16 @@ def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
     if args.samples < 0 or args.polish < 0:
         raise InputError("--samples and --polish must be >= 0")
+    try:
+        budgets = Budgets(args.gpus, args.cost_budget, args.step_cap)
+    except ValueError as err:
+        flag = {"gpus": "--gpus", "cost": "--cost-budget", "step_time": "--step-cap"}
+        name = str(err).split(" ")[0].removeprefix("budgets.")
+        raise InputError(f"{flag.get(name, 'budgets')}: {str(err).split(' ', 1)[1]}") \
+            from None
     instance = Instance.load(args.instance)
     decision = Scheduler(args.checkpoint).decide(instance, weights, args.samples, args.seed,
-                                                 args.polish)
+                                                 args.polish, budgets, args.starts)
     if args.out is not None:
         write_json_atomic(args.out, decision.plan.to_dict(instance))
     if args.heatmap is not None:

@@ -22,19 +22,31 @@ everywhere. The agent offers dp up to ``MAX_DP`` and micro-batches up to
 ``MAX_MICRO_BATCH``; a search space's larger values are not offered.
 
 After SPLIT the segment is placed; the chain stops by itself when no layers are left (the
-masks make "stop" implicit, so it is never premature). The reward comes at the end: the
-seeds' ``R = w1 R_eff + w2 R_util - w3 R_cost`` (SPEC section 4) of the evaluator's
-objectives, normalised by the single-domain and oblivious baselines, minus
-``multipliers . constraint excess`` for the soft constraints (WAN share cap, cost budget),
-whose multipliers the trainer raises by dual ascent. An action outside the mask (only a
-caller that ignores the mask sends one) costs -1 and changes nothing; the ``INVALID_LIMIT``-th
-such action of an episode truncates it, without a plan.
+masks make "stop" implicit, so it is never premature).
+
+The contract, RL4CO style:
+
+- **Task**: an instance state, a preference ``w`` and :class:`~rl.masks.Budgets` (a GPU
+  budget, a traffic-cost budget, a step-time cap; the instance's own cost budget joins the
+  task's). ``reset(options={"multipliers": ...})`` passes the trainer's Lagrange
+  multipliers (:class:`Multipliers`); the environment never changes them.
+- **Mask**: :mod:`rl.masks`: every finished plan is feasible and within the GPU and cost
+  budgets, and no state is a dead end. A task whose budgets no plan meets raises
+  :class:`NoPlanWithinBudget` at ``reset``.
+- **Reward**, at the end: the seeds' ``R = w1 R_eff + w2 R_util - w3 R_cost`` (SPEC section
+  4) of the evaluator's objectives, normalised by the single-domain and oblivious baselines,
+  minus ``multiplier x excess`` for each soft constraint (the WAN share cap, the step-time
+  cap), the multiplier being the one for the task's budget bucket (:func:`budget_bucket`).
+- **Validity**: an action outside the mask (only a caller that ignores the mask sends one)
+  costs -1 and changes nothing; the ``INVALID_LIMIT``-th such action of an episode
+  truncates it, without a plan.
+- **Observation**: the feature blocks of :mod:`rl.features`, read by name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -43,18 +55,23 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
 from formulation.reward import reward
-from rl.masks import BuildState, PlanRules, Segment
+from rl.features import CONTEXT, EDGE, NODE
+from rl.masks import NO_BUDGETS, Budgets, BuildState, PlanRules, Segment
 from solvers.baselines import baseline_references
+from solvers.baselines.single_domain import UniformPlans, uniform_plans
+from solvers.tables import PairTables, all_pair_tables, full_capacity, with_free_gpus
 
 PAIR, DOMAIN, LAYERS, OPTION, SPLIT = range(5)
 PHASES = ("pair", "domain", "layers", "option", "split")
 MAX_DOMAINS = 20
 ACTIONS = 128  # >= pair codes, domains, layers (LLaMA-3-405B has 126), option codes, stages
 MAX_DP, MAX_MICRO_BATCH = 16, 8  # pair codes: MAX_DP * MAX_MICRO_BATCH <= ACTIONS
-NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES = 12, 4, 24
-SOFT_CONSTRAINTS = ("wan_cap", "cost_budget")
+SOFT_CONSTRAINTS = ("wan_cap", "step_time")
+STEP_CAP_EDGES = (0.5, 1.0, 2.0)  # buckets of a step-time cap over T_base
+BUCKETS = len(STEP_CAP_EDGES) + 2  # bucket 0: no cap
 INVALID_LIMIT = 16
-WEIGHTS = slice(5, 8)  # where the preference vector sits in the context features
+REDRAWS = 8  # draws of a generated task before its budgets are dropped
+MULTIPLIER_CAP = 5.0  # a penalty of 5 x the relative excess outweighs any reward
 FEATURE_BOUND = 1e3  # features are scaled to O(1); the bound only keeps the space finite
 
 
@@ -62,12 +79,48 @@ class NoFeasiblePlan(ValueError):
     """The instance admits no plan the agent can build (the model fits nowhere)."""
 
 
+class NoPlanWithinBudget(NoFeasiblePlan):
+    """Plans exist, but none within the task's GPU and cost budgets."""
+
+
 @dataclass
 class Task:
-    """What one episode plans for: an instance state and a preference vector."""
+    """What one episode plans for: an instance state, a preference vector and budgets."""
 
     instance: Instance
     weights: np.ndarray  # (3,) w1 efficiency, w2 utilisation, w3 cost
+    budgets: Budgets = field(default_factory=Budgets)
+
+
+def budget_bucket(budgets: Budgets, t_base: float) -> int:
+    """Which multiplier a task's step-time cap uses: 0 without a cap, else 1 + the bucket
+    of ``cap / T_base`` among ``STEP_CAP_EDGES`` (a tight cap needs a larger penalty)."""
+    if budgets.step_time is None:
+        return 0
+    return 1 + int(np.searchsorted(STEP_CAP_EDGES, budgets.step_time / t_base))
+
+
+@dataclass
+class Multipliers:
+    """Lagrange multipliers of the soft constraints, one per budget bucket: owned and
+    raised by the trainer (dual ascent), read by the environment."""
+
+    values: np.ndarray = field(default_factory=lambda: np.zeros((len(SOFT_CONSTRAINTS),
+                                                                 BUCKETS)))
+
+    def of(self, bucket: int) -> np.ndarray:
+        return self.values[:, bucket]
+
+    def ascend(self, episodes: list[dict], step: float) -> None:
+        """Raise each multiplier by ``step`` times the mean excess of its bucket's finished
+        episodes (never below 0, never above ``MULTIPLIER_CAP``: a cap no plan can meet
+        would otherwise raise its multiplier without end)."""
+        for bucket in range(BUCKETS):
+            excess = [e["constraints"] for e in episodes if e.get("bucket") == bucket]
+            if excess:
+                self.values[:, bucket] = np.clip(
+                    self.values[:, bucket] + step * np.mean(excess, axis=0), 0.0,
+                    MULTIPLIER_CAP)
 
 
 def pair_code(dp: int, micro_batch: int) -> int | None:
@@ -82,43 +135,90 @@ def option_code(tp: int, recompute: str) -> int:
     return (tp - 1) * len(RECOMPUTE_MODES) + RECOMPUTE_MODES.index(recompute)
 
 
-class InstanceCache:
-    """What depends only on an instance's domains, model and search space: the masks' rules
-    and the reward scale (computed once; a bandwidth or latency change keeps them, since
-    memory caps, GPUs, T_base and the oblivious plan's cost do not depend on the links)."""
+@dataclass(frozen=True)
+class InstanceStatics:
+    """What depends neither on the load nor on the links' state: the pairs' tables at full
+    capacity, the single-domain plans (:mod:`solvers.baselines.single_domain`) and the
+    masks' per-pair limits."""
 
-    def __init__(self, instance: Instance):
+    tables: list[PairTables]
+    uniform: UniformPlans
+    limits: dict = field(default_factory=dict)  # rl.masks.PairLimits by pair, built on use
+
+    @staticmethod
+    def of(instance: Instance) -> InstanceStatics:
+        tables = all_pair_tables(full_capacity(instance))
+        return InstanceStatics(tables, uniform_plans(instance, tables))
+
+    @staticmethod
+    def key(instance: Instance) -> tuple:
+        return (instance.name, tuple(d.gpus for d in instance.domains), instance.model.name,
+                instance.search, instance.constraints, instance.training,
+                instance.links.price_per_gb.tobytes())
+
+
+class InstanceCache:
+    """What depends only on an instance's domains, load, model and search space: the masks'
+    rules and the reward scale. A bandwidth or latency change keeps them (memory caps,
+    GPUs, prices, T_base and the oblivious plan's cost do not depend on the links); a load
+    change builds them from the :class:`InstanceStatics` in a few milliseconds."""
+
+    def __init__(self, instance: Instance, statics: InstanceStatics | None = None):
         k = instance.num_domains
         if k > MAX_DOMAINS:
             raise ValueError(f"{instance.name}: {k} domains, the agent handles <= {MAX_DOMAINS}")
-        self.rules = PlanRules(instance)
+        statics = InstanceStatics.of(instance) if statics is None else statics
+        free = np.array([d.free_gpus for d in instance.domains], dtype=np.int64)
+        self.rules = PlanRules(instance, [with_free_gpus(t, free) for t in statics.tables],
+                               statics.limits)
         # action codes of the offered pairs (None: out of the agent's range) and options
         self.pair_codes = [pair_code(t.dp, t.micro_batch) for t in self.rules.pairs]
         self.pair_of_code = {c: i for i, c in enumerate(self.pair_codes) if c is not None}
         self.option_codes = [[option_code(*o) for o in t.options] for t in self.rules.pairs]
-        self.scale = baseline_references(instance).scale
+        self.scale = baseline_references(instance, statics.tables, statics.uniform).scale
         self.node_mask = np.zeros(MAX_DOMAINS, dtype=np.float32)
         self.node_mask[:k] = 1
         self.gpus = np.array([d.gpus for d in instance.domains], dtype=np.float32)
         self.intra = np.array([d.intra_bandwidth_gbps for d in instance.domains],
                               dtype=np.float32)
+        self.smallest = [int(t.gpus.min()) for t in self.rules.pairs]
+        self._pairs: dict[Budgets, list[int]] = {}
+
+    def pairs_within(self, budgets: Budgets) -> list[int]:
+        """The offered pairs (indices) whose plans can meet ``budgets``."""
+        out = self._pairs.get(budgets)
+        if out is None:
+            if len(self._pairs) > 4096:
+                self._pairs.clear()
+            out = self._pairs[budgets] = [i for i in self.pair_of_code.values()
+                                          if self.rules.startable(i, budgets)]
+        return out
 
     @staticmethod
     def key(instance: Instance) -> tuple:
-        return (instance.name, tuple(d.free_gpus for d in instance.domains),
-                instance.model.name, instance.search, instance.constraints)
+        return (*InstanceStatics.key(instance), tuple(d.free_gpus for d in instance.domains))
+
+
+def effective_budgets(instance: Instance, budgets: Budgets) -> Budgets:
+    """The task's budgets joined with the instance's own cost budget (the tighter one)."""
+    own = instance.constraints.cost_budget
+    if own is None or (budgets.cost is not None and budgets.cost <= own):
+        return budgets
+    return Budgets(budgets.gpus, float(own), budgets.step_time)
 
 
 def link_features(instance: Instance) -> tuple[np.ndarray, np.ndarray]:
-    """Edge features (bandwidth in log10 Gbit/s, latency / 100 ms, price x 10 USD/GB, 1) and
-    the adjacency of the domain graph, padded to MAX_DOMAINS."""
+    """Edge features (:data:`rl.features.EDGE`) and the adjacency of the domain graph,
+    padded to MAX_DOMAINS."""
     k, links = instance.num_domains, instance.links
-    edges = np.zeros((MAX_DOMAINS, MAX_DOMAINS, EDGE_FEATURES), dtype=np.float32)
+    edges = np.zeros((MAX_DOMAINS, MAX_DOMAINS, EDGE.size), dtype=np.float32)
     real = ~np.eye(k, dtype=bool)
-    edges[:k, :k, 0] = np.where(real, np.log10(np.maximum(links.bandwidth_gbps, 1e-3)), 0)
-    edges[:k, :k, 1] = np.where(real, links.latency_ms / 100.0, 0)
-    edges[:k, :k, 2] = np.where(real, links.price_per_gb * 10.0, 0)
-    edges[:k, :k, 3] = real
+    view = edges[:k, :k]
+    EDGE.put(view, "bandwidth",
+             np.where(real, np.log10(np.maximum(links.bandwidth_gbps, 1e-3)), 0))
+    EDGE.put(view, "latency", np.where(real, links.latency_ms, 0))
+    EDGE.put(view, "price", np.where(real, links.price_per_gb, 0))
+    EDGE.put(view, "real", real)
     adjacency = np.zeros((MAX_DOMAINS, MAX_DOMAINS), dtype=np.float32)
     adjacency[:k, :k] = real
     return edges, adjacency
@@ -132,11 +232,11 @@ def observation_space() -> gym.spaces.Dict:
         return gym.spaces.Box(0, 1, shape, np.float32)
 
     return gym.spaces.Dict({
-        "node_features": features(MAX_DOMAINS, NODE_FEATURES),
+        "node_features": features(MAX_DOMAINS, NODE.size),
         "node_mask": flags(MAX_DOMAINS),
-        "edge_features": features(MAX_DOMAINS, MAX_DOMAINS, EDGE_FEATURES),
+        "edge_features": features(MAX_DOMAINS, MAX_DOMAINS, EDGE.size),
         "adjacency": flags(MAX_DOMAINS, MAX_DOMAINS),
-        "context": features(CONTEXT_FEATURES),
+        "context": features(CONTEXT.size),
         "phase": gym.spaces.Discrete(len(PHASES)),
         "current_domain": gym.spaces.Discrete(MAX_DOMAINS),
         "action_mask": gym.spaces.MultiBinary(ACTIONS),
@@ -147,8 +247,9 @@ class PlanEnv(gym.Env):
     """Build one feasible plan per episode (module doc).
 
     ``tasks`` draws the next task from the environment's generator; ``reset(options=
-    {"instance": ..., "weights": ...})`` plans for a given one instead. Environments that
-    plan for the same instances can share ``caches`` (their per-instance rules)."""
+    {"instance": ..., "weights": ..., "budgets": ...})`` plans for a given one instead.
+    ``options["multipliers"]`` (:class:`Multipliers`) sets the penalties from this episode
+    on. Environments that plan for the same instances can share ``caches``."""
 
     metadata = {"render_modes": []}
 
@@ -157,22 +258,27 @@ class PlanEnv(gym.Env):
         self.tasks = tasks
         self.observation_space = observation_space()
         self.action_space = gym.spaces.Discrete(ACTIONS)
-        self.multipliers = np.zeros(len(SOFT_CONSTRAINTS))
-        self.caches: dict[tuple, InstanceCache] = {} if caches is None else caches
+        self.multipliers = Multipliers()
+        self.caches: dict[tuple, object] = {} if caches is None else caches
 
     # -- episode ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         options = options or {}
+        if "multipliers" in options:
+            self.multipliers = options["multipliers"]
         if "instance" in options:
             weights = options.get("weights", (1 / 3, 1 / 3, 1 / 3))
-            task = Task(options["instance"], np.asarray(weights, dtype=float))
+            task = Task(options["instance"], np.asarray(weights, dtype=float),
+                        options.get("budgets") or NO_BUDGETS)
         elif self.tasks is not None:
-            task = self.tasks(self.np_random)
+            task = self._draw()
         else:
             raise ValueError("PlanEnv.reset: no task; give tasks= or options={'instance': ...}")
         self.task = task
         self.cache = self._cache(task.instance)
+        self.budgets = effective_budgets(task.instance, task.budgets)
+        self.bucket = budget_bucket(self.budgets, self.cache.scale.t_base)
         self.edges, self.adjacency = link_features(task.instance)
         self.state: BuildState | None = None
         self.phase = PAIR
@@ -181,7 +287,24 @@ class PlanEnv(gym.Env):
         if not self.cache.pair_of_code:
             raise NoFeasiblePlan(f"{task.instance.name}: no feasible plan for the agent "
                                  "to build")
+        if not self.cache.pairs_within(self.budgets):
+            raise NoPlanWithinBudget(f"{task.instance.name}: no plan within budget "
+                                     f"({describe_budgets(self.budgets)})")
         return self._observation(), {}
+
+    def _draw(self) -> Task:
+        return self.draw(self.tasks, self.np_random)
+
+    def draw(self, tasks: Callable[[np.random.Generator], Task],
+             rng: np.random.Generator) -> Task:
+        """A task from ``tasks``; one whose budgets no plan meets is drawn again, at most
+        ``REDRAWS`` times, then planned without budgets."""
+        for _ in range(REDRAWS):
+            task = tasks(rng)
+            budgets = effective_budgets(task.instance, task.budgets)
+            if self._cache(task.instance).pairs_within(budgets):
+                return task
+        return Task(task.instance, task.weights)
 
     def _cache(self, instance: Instance) -> InstanceCache:
         key = InstanceCache.key(instance)
@@ -189,7 +312,11 @@ class PlanEnv(gym.Env):
         if cache is None:
             if len(self.caches) > 512:
                 self.caches.clear()
-            cache = self.caches[key] = InstanceCache(instance)
+            statics_key = ("statics", *InstanceStatics.key(instance))
+            statics = self.caches.get(statics_key)
+            if statics is None:
+                statics = self.caches[statics_key] = InstanceStatics.of(instance)
+            cache = self.caches[key] = InstanceCache(instance, statics)
         return cache
 
     def step(self, action: int):
@@ -200,7 +327,7 @@ class PlanEnv(gym.Env):
                     self.invalid_actions >= INVALID_LIMIT, {"invalid_action": True})
         rules = self.cache.rules
         if self.phase == PAIR:
-            self.state = rules.start(self.cache.pair_of_code[action])
+            self.state = rules.start(self.cache.pair_of_code[action], self.budgets)
             self.phase = DOMAIN
         elif self.phase == DOMAIN:
             self.partial = {"domain": action}
@@ -224,11 +351,12 @@ class PlanEnv(gym.Env):
     def _score(self, plan: Plan) -> tuple[float, dict]:
         result = evaluate_plans(self.task.instance, [plan])
         objectives = result.objectives
-        excess = constraint_excess(self.task.instance, result)
+        excess = constraint_excess(self.task.instance, result, self.budgets)
         value = float(reward(objectives, self.task.weights, self.cache.scale)[0])
-        penalty = float(self.multipliers @ excess)
+        penalty = float(self.multipliers.of(self.bucket) @ excess)
         return value - penalty, {"plan": plan, "objectives": objectives[0].tolist(),
                                  "reward_terms": value, "constraints": excess.tolist(),
+                                 "bucket": self.bucket,
                                  "feasible": bool(result.feasible[0])}
 
     # -- masks and observations ---------------------------------------------------------
@@ -236,7 +364,8 @@ class PlanEnv(gym.Env):
         mask = np.zeros(ACTIONS, dtype=bool)
         rules, state, partial = self.cache.rules, self.state, self.partial
         if self.phase == PAIR:
-            mask[list(self.cache.pair_of_code)] = True
+            mask[[self.cache.pair_codes[i] for i in self.cache.pairs_within(self.budgets)]] \
+                = True
         elif self.phase == DOMAIN:
             for k in range(self.task.instance.num_domains):
                 mask[k] = rules.layer_options(state, k).any()
@@ -257,79 +386,126 @@ class PlanEnv(gym.Env):
 
     def _observation(self) -> dict[str, np.ndarray]:
         self._mask = self.action_masks()  # once per step: step() checks the action against it
+        return {"node_features": self._nodes(), "node_mask": self.cache.node_mask.copy(),
+                "edge_features": self.edges.copy(), "adjacency": self.adjacency.copy(),
+                "context": self._context(), "phase": self.phase,
+                "current_domain": self.partial.get("domain", 0),
+                "action_mask": self._mask.astype(np.int8)}
+
+    def _nodes(self) -> np.ndarray:
+        """Per-domain features, :data:`rl.features.NODE`."""
         instance, cache, state = self.task.instance, self.cache, self.state
         k = instance.num_domains
         free0 = cache.rules.free.astype(np.float32)
         free = state.free.astype(np.float32) if state is not None else free0
-        nodes = np.zeros((MAX_DOMAINS, NODE_FEATURES), dtype=np.float32)
-        nodes[:k, 0] = free / 64.0
-        nodes[:k, 1] = free0 / np.maximum(cache.gpus, 1)
-        nodes[:k, 2] = 1 - free0 / np.maximum(cache.gpus, 1)  # background utilisation
-        nodes[:k, 3] = (free0 - free) / 64.0  # GPUs this plan takes there
-        nodes[:k, 4] = instance.gpu.hbm_gb / 100.0
-        nodes[:k, 5] = cache.intra / 400.0
-        current = self.partial.get("domain", 0)
+        nodes = np.zeros((MAX_DOMAINS, NODE.size), dtype=np.float32)
+        view = nodes[:k]
+        NODE.put(view, "free_gpus", free)
+        NODE.put(view, "free_share", free0 / np.maximum(cache.gpus, 1))
+        NODE.put(view, "background_load", 1 - free0 / np.maximum(cache.gpus, 1))
+        NODE.put(view, "taken", free0 - free)
+        NODE.put(view, "hbm", np.full(k, instance.gpu.hbm_gb))
+        NODE.put(view, "intra_bandwidth", cache.intra)
         if "domain" in self.partial:
-            nodes[current, 6] = 1
-        if state is not None and state.segments:
-            behind = state.segments[-1].domain  # the chain's neighbour behind
-            nodes[behind, 7] = 1
+            nodes[self.partial["domain"], NODE["current"]] = 1
+        behind = state.behind if state is not None else None
+        if behind is not None:
+            nodes[behind, NODE["behind"]] = 1
             # the WAN link each candidate would use to reach it: what a pointer over the
             # domains needs to see per node, not averaged away by the encoder
-            others = np.arange(k) != behind
-            nodes[:k, 8] = np.where(others, self.edges[:k, behind, 0], 0)
-            nodes[:k, 9] = np.where(others, self.edges[:k, behind, 1], 0)
-            nodes[:k, 10] = np.where(others, self.edges[:k, behind, 2], 0)
-        if state is not None:  # how many stages of the smallest option each domain holds
-            smallest = int(cache.rules.pairs[state.pair].gpus.min())
-            nodes[:k, 11] = np.floor(free / smallest) / 8.0
-        context = np.zeros(CONTEXT_FEATURES, dtype=np.float32)
-        context[self.phase] = 1
-        context[WEIGHTS] = self.task.weights
+            others = (np.arange(k) != behind)[:, None]
+            link = self.edges[:k, behind, :3]  # bandwidth, latency, price, already scaled
+            nodes[:k, NODE["link_behind"]] = np.where(others, link, 0)
+        if state is not None:
+            smallest = cache.smallest[state.pair]
+            NODE.put(view, "stage_room", np.floor(free / smallest))
+            tables = cache.rules.pairs[state.pair]
+            entry = tables.cost[:, behind] if behind is not None else np.zeros(k)
+            if np.isfinite(state.cost_left):
+                NODE.put(view, "entry_cost", np.minimum(entry / max(state.cost_left, 1e-12),
+                                                        10.0))
+            NODE.put(view, "within_budget",
+                     (free >= smallest) & (smallest <= state.gpus_left)
+                     & (entry <= state.cost_left + state.cost_slack))
+        return nodes
+
+    def _context(self) -> np.ndarray:
+        """Per-decision features, :data:`rl.features.CONTEXT`."""
+        instance, cache, state, budgets = self.task.instance, self.cache, self.state, \
+            self.budgets
         model = instance.model
-        context[8] = model.layers / ACTIONS
-        context[9] = np.log10(model.total_params) / 12
-        context[10] = k / MAX_DOMAINS
-        context[11] = np.log2(instance.training.global_batch) / 12
+        context = np.zeros(CONTEXT.size, dtype=np.float32)
+        context[CONTEXT["phase"].start + self.phase] = 1
+        CONTEXT.put(context, "weights", self.task.weights)
+        CONTEXT.put(context, "model_layers", model.layers)
+        CONTEXT.put(context, "model_params", np.log10(model.total_params))
+        CONTEXT.put(context, "domains", instance.num_domains)
+        CONTEXT.put(context, "global_batch", np.log2(instance.training.global_batch))
+        free_total = max(float(cache.rules.free.sum()), 1.0)
+        gpus_left = budgets.gpus if budgets.gpus is not None else free_total
+        cost_left = budgets.cost
         if state is not None:
             tables = cache.rules.pairs[state.pair]
-            context[12] = state.layers_left / model.layers
-            context[13] = state.positions_used / tables.positions
-            context[14] = np.log2(tables.dp) / 3
-            context[15] = np.log2(tables.micro_batch) / 3
-            context[16] = np.log2(tables.micro_batches) / 10
-            context[17] = len(state.segments) / tables.positions
+            CONTEXT.put(context, "layers_left", state.layers_left / model.layers)
+            CONTEXT.put(context, "positions_used", state.positions_used / tables.positions)
+            CONTEXT.put(context, "dp", np.log2(tables.dp))
+            CONTEXT.put(context, "micro_batch", np.log2(tables.micro_batch))
+            CONTEXT.put(context, "micro_batches", np.log2(tables.micro_batches))
+            CONTEXT.put(context, "segments", len(state.segments) / tables.positions)
             if "layers" in self.partial:
-                context[18] = self.partial["layers"] / model.layers
+                CONTEXT.put(context, "segment_layers", self.partial["layers"] / model.layers)
             if "option" in self.partial:
                 tp, recompute = tables.options[self.partial["option"]]
-                context[19] = np.log2(tp) / 3
-                context[20] = recompute != "none"
-        return {"node_features": nodes, "node_mask": cache.node_mask.copy(),
-                "edge_features": self.edges.copy(), "adjacency": self.adjacency.copy(),
-                "context": context, "phase": self.phase, "current_domain": current,
-                "action_mask": self._mask.astype(np.int8)}
+                CONTEXT.put(context, "segment_tp", np.log2(tp))
+                CONTEXT.put(context, "segment_recompute", recompute != "none")
+            if budgets.gpus is not None:
+                gpus_left = state.gpus_left
+            if budgets.cost is not None:
+                cost_left = state.cost_left
+        if budgets.gpus is not None:
+            CONTEXT.put(context, "gpu_budget", [1.0, min(gpus_left / free_total, 1.0)])
+        if budgets.cost is not None:
+            CONTEXT.put(context, "cost_budget", [1.0, np.log10(
+                max(cost_left, 0.0) / cache.scale.c_base + 1e-3) / 3])
+        if budgets.step_time is not None:
+            CONTEXT.put(context, "step_cap",
+                        [1.0, min(budgets.step_time / cache.scale.t_base, 10.0)])
+        CONTEXT.put(context, "multiplier", self.multipliers.of(self.bucket)[1])
+        return context
 
 
-def constraint_excess(instance: Instance, result, index: int = 0) -> np.ndarray:
+def describe_budgets(budgets: Budgets) -> str:
+    parts = []
+    if budgets.gpus is not None:
+        parts.append(f"GPU budget {budgets.gpus}")
+    if budgets.cost is not None:
+        parts.append(f"cost budget {budgets.cost:.6g} USD/step")
+    if budgets.step_time is not None:
+        parts.append(f"step-time cap {budgets.step_time:.6g} s")
+    return ", ".join(parts) or "no budget"
+
+
+def constraint_excess(instance: Instance, result, budgets: Budgets = NO_BUDGETS,
+                      index: int = 0) -> np.ndarray:
     """How far evaluated plan ``index`` exceeds each soft constraint (0 when it holds): the
-    busiest WAN link's share of the period over the cap, and the cost over the budget,
+    busiest WAN link's share of the period over the cap, and the step time over the cap,
     both relative."""
     excess = np.zeros(len(SOFT_CONSTRAINTS))
     cap = instance.constraints.wan_share_cap
     if cap is not None and result.boundary_occupancy_s.size:
         share = result.boundary_occupancy_s[index].max(initial=0.0) / result.period_s[index]
         excess[0] = max(0.0, share / cap - 1)
-    budget = instance.constraints.cost_budget
-    if budget is not None:
-        excess[1] = max(0.0, float(result.comm_cost[index]) / budget - 1)
+    if budgets.step_time is not None:
+        excess[1] = max(0.0, float(result.step_time_s[index]) / budgets.step_time - 1)
     return excess
 
 
-def plan_actions(cache: InstanceCache, plan: Plan) -> list[int] | None:
-    """The actions that build ``plan`` (the segments of :meth:`PlanRules.build`), or None
-    where the masks or the agent's range forbid it: what a demonstration replays."""
-    state = cache.rules.build(plan)
+def plan_actions(cache: InstanceCache, plan: Plan,
+                 budgets: Budgets = NO_BUDGETS) -> list[int] | None:
+    """The actions that build ``plan`` (the segments of :meth:`PlanRules.build`) under
+    ``budgets``, or None where the masks or the agent's range forbid it: what a
+    demonstration replays."""
+    state = cache.rules.build(plan, budgets)
     if state is None or cache.pair_codes[state.pair] is None:
         return None
     actions = [cache.pair_codes[state.pair]]

@@ -13,6 +13,11 @@ vector (the suites' seven fixed ones and ``random_preferences`` Dirichlet draws)
 ``polish`` best of them are improved by local search (:mod:`solvers.local_search`, on the
 same reward), and the best plan that the masks can build becomes a demonstration: the
 observations :class:`rl.env.PlanEnv` shows while :func:`rl.env.plan_actions` builds it.
+Budgeted demonstrations teach the budget sweep of :meth:`rl.decide.Scheduler.front`: for
+``budget_levels`` GPU counts of the pooled plans' front, the fastest plan within that GPU
+budget (preference (1, 0, 0): the epsilon-constraint step), and for ``cost_levels`` of its
+points the fastest plan within its GPUs and a cost budget (its cost, or 0), each polished
+within the budgets.
 On the bench suite's held-out instances with K = 5..10 the polish takes the median
 scalarised gap of the chosen plan to the exact optimum from 5.1 % to 1.7 %
 (``python scripts/expert_gaps.py``). The choice is by the reward the agent is trained on,
@@ -38,10 +43,13 @@ from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reward import reward
 from instances.suites import PREFERENCES
-from rl.env import PHASES, WEIGHTS, PlanEnv, plan_actions
+from rl.env import PHASES, PlanEnv, plan_actions
+from rl.features import CONTEXT
+from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
 from rl.tasks import perturb
 from solvers.baselines import METHODS as BASELINES
+from solvers.front import nondominated_mask
 from solvers.local_search import local_search
 
 EPISODE_KEYS = ("edge_features", "adjacency")  # the same on every step of an episode
@@ -69,6 +77,10 @@ class ImitationSettings:
     """Decisions per minibatch."""
     holdout: float = 0.05
     """Share of the demonstration episodes kept out of cloning to measure it."""
+    budget_levels: int = 6
+    """GPU budgets per state demonstrated (front GPU counts of the pooled plans)."""
+    cost_levels: int = 2
+    """Cost budgets per state demonstrated (at front points of the pooled plans)."""
     workers: int = 2
     """Processes that replay demonstrations (1: in this process)."""
 
@@ -139,22 +151,24 @@ def demonstrate(base: Instance, settings: ImitationSettings, swing: float, gamma
             continue
         result = evaluate_plans(instance, plans)
         env.reset(options={"instance": instance})
-        cache = env.cache
-        replays: dict[Plan, tuple | None] = {}  # a plan chosen for several preferences
-        for weights in preferences:
-            candidates, value = choices(instance, plans, result, weights, cache.scale,
-                                        settings.polish)
-            chosen = best_buildable(env, instance, candidates, value, replays)
+        scale = env.cache.scale
+        replays: dict[tuple, tuple | None] = {}  # a plan chosen for several tasks
+        tasks = [(w, NO_BUDGETS) for w in preferences]
+        tasks += budget_tasks(result, settings, rng)
+        for weights, budgets in tasks:
+            candidates, value = choices(instance, plans, result, weights, scale,
+                                        settings.polish, budgets.limits())
+            chosen = best_buildable(env, instance, candidates, value, budgets, replays)
             if chosen is None:
                 continue
-            observations, plan_actions_ = replays[candidates[chosen]]
+            observations, plan_actions_ = replays[candidates[chosen], budgets]
             count, earned = len(plan_actions_), float(value[chosen])
             for observation in observations:
                 for key in STEP_KEYS:
                     item = observation[key]
                     if key == "context":  # the replay ran with neutral weights
                         item = item.copy()
-                        item[WEIGHTS] = weights
+                        item[CONTEXT["weights"]] = weights
                     steps[key].append(np.asarray(item))
             for key in EPISODE_KEYS:
                 parts[key].append(observations[0][key])
@@ -170,38 +184,62 @@ def demonstrate(base: Instance, settings: ImitationSettings, swing: float, gamma
                           np.array(rewards))
 
 
+def budget_tasks(result, settings: ImitationSettings,
+                 rng: np.random.Generator) -> list[tuple[np.ndarray, Budgets]]:
+    """Budgeted tasks of one state (module doc): GPU budgets at front GPU counts of the
+    pooled plans, cost budgets at front points, all with preference (1, 0, 0)."""
+    feasible = np.flatnonzero(result.feasible)
+    if not len(feasible):
+        return []
+    objectives = result.objectives[feasible]
+    front = objectives[nondominated_mask(objectives)]
+    speed = np.array([1.0, 0.0, 0.0])
+    levels = np.unique(front[:, 1]).astype(int)
+    chosen = rng.choice(levels, size=min(settings.budget_levels, len(levels)), replace=False)
+    tasks = [(speed, Budgets(gpus=int(n))) for n in sorted(chosen)]
+    priced = front[front[:, 2] > 0]
+    for _ in range(settings.cost_levels if len(priced) else 0):
+        point = priced[int(rng.integers(len(priced)))]
+        cost = 0.0 if rng.random() < 0.5 else float(point[2])
+        tasks.append((speed, Budgets(gpus=int(point[1]), cost=cost)))
+    return tasks
+
+
 def choices(instance: Instance, plans: list[Plan], result, weights: np.ndarray, scale,
-            polish: int) -> tuple[list[Plan], np.ndarray]:
+            polish: int, limits: np.ndarray | None = None) -> tuple[list[Plan], np.ndarray]:
     """The candidate plans for one preference and their rewards (-inf: infeasible, which
-    includes exceeding a soft constraint): the experts' plans, and the local optima reached
-    from the ``polish`` best of them."""
-    value = np.where(result.feasible, reward(result.objectives, weights, scale), -np.inf)
-    polished = [local_search(instance, plans[i], weights, scale)
+    includes exceeding a soft constraint, or beyond ``limits``): the experts' plans, and the
+    local optima reached from the ``polish`` best of them."""
+    limits = np.full(3, np.inf) if limits is None else limits
+    within = result.feasible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
+    value = np.where(within, reward(result.objectives, weights, scale), -np.inf)
+    polished = [local_search(instance, plans[i], weights, scale, limits=limits)
                 for i in np.argsort(-value, kind="stable")[:polish] if np.isfinite(value[i])]
     return ([*plans, *(plan for plan, _ in polished)],
             np.concatenate([value, [r for _, r in polished]]))
 
 
 def best_buildable(env: PlanEnv, instance: Instance, candidates: list[Plan],
-                   value: np.ndarray, replays: dict) -> int | None:
-    """Index of the best-rewarded feasible candidate the masks can build (among the
-    ``CANDIDATES`` best), replayed into ``replays``; None if there is none."""
+                   value: np.ndarray, budgets: Budgets, replays: dict) -> int | None:
+    """Index of the best-rewarded feasible candidate the masks can build under ``budgets``
+    (among the ``CANDIDATES`` best), replayed into ``replays``; None if there is none."""
     for index in np.argsort(-value, kind="stable")[:CANDIDATES]:
         if not np.isfinite(value[index]):
             return None
-        plan = candidates[index]
-        if plan not in replays:
-            replays[plan] = replay(env, instance, plan)
-        if replays[plan] is not None:
+        key = (candidates[index], budgets)
+        if key not in replays:
+            replays[key] = replay(env, instance, candidates[index], budgets)
+        if replays[key] is not None:
             return int(index)
     return None
 
 
-def replay(env: PlanEnv, instance: Instance, plan: Plan) -> tuple[list, list[int]] | None:
-    """The observations met while building ``plan``, and the actions; None where the masks
-    cannot build it."""
-    observation, _ = env.reset(options={"instance": instance})
-    actions = plan_actions(env.cache, plan)
+def replay(env: PlanEnv, instance: Instance, plan: Plan,
+           budgets: Budgets = NO_BUDGETS) -> tuple[list, list[int]] | None:
+    """The observations met while building ``plan`` under ``budgets``, and the actions;
+    None where the masks cannot build it."""
+    observation, _ = env.reset(options={"instance": instance, "budgets": budgets})
+    actions = plan_actions(env.cache, plan, env.budgets)
     if actions is None:
         return None
     observations = []
@@ -289,7 +327,7 @@ def accuracy(policy: HiPPOPolicy, demos: Demonstrations, index: np.ndarray) -> d
     with torch.no_grad():
         for start in range(0, len(index), 1024):
             batch = index[start:start + 1024]
-            logits, _ = policy(demos.observations(batch))
+            logits, _ = policy(demos.observations(batch), value=False)
             hits.append(logits.argmax(-1).numpy() == demos.actions[batch])
     hit = np.concatenate(hits)
     phase = demos.steps["phase"][index]

@@ -138,6 +138,30 @@ class GraphSAGE(nn.Module):
         return h, pooled
 
 
+class CachedEncoder(nn.Module):
+    """An encoder that remembers its last outputs, for decisions at inference: within a
+    segment the LAYERS, OPTION and SPLIT steps show the same graph (the node features change
+    when a segment is placed), so two of every four steps skip the encoder. Keyed by the
+    inputs' bytes; use under ``torch.no_grad()`` only."""
+
+    def __init__(self, encoder: GraphSAGE, size: int = 8):
+        super().__init__()
+        self.encoder, self.size = encoder, size
+        self.memory: dict[bytes, tuple[Tensor, Tensor]] = {}
+
+    def forward(self, node_features: Tensor, node_mask: Tensor, edge_features: Tensor,
+                adjacency: Tensor) -> tuple[Tensor, Tensor]:
+        key = b"".join(t.numpy().tobytes() for t in (node_features, node_mask,
+                                                      edge_features, adjacency))
+        out = self.memory.get(key)
+        if out is None:
+            if len(self.memory) >= self.size:
+                self.memory.clear()
+            out = self.memory[key] = self.encoder(node_features, node_mask, edge_features,
+                                                  adjacency)
+        return out
+
+
 class HiPPOPolicy(nn.Module):
     """Actor-critic over the plan-building episode (module doc).
 
@@ -177,8 +201,11 @@ class HiPPOPolicy(nn.Module):
         self.upper_value = mlp(3 * h, h, 1, out_std=1.0)
         self.lower_value = mlp(3 * h, h, 1, out_std=1.0)
 
-    def forward(self, obs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """Masked logits (B, A) and value (B,) for a batch of observations of any phases."""
+    def forward(self, obs: Mapping[str, Tensor],
+                value: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Masked logits (B, A) and value (B,) for a batch of observations of any phases
+        (each row's head only is computed; ``value=False`` skips the critics: a decision
+        at inference needs none)."""
         nodes, pooled = self.encoder(obs["node_features"], obs["node_mask"],
                                      obs["edge_features"], obs["adjacency"])
         ctx = self.context_net(obs["context"])
@@ -195,25 +222,35 @@ class HiPPOPolicy(nn.Module):
         graph_ctx = torch.cat([pooled, ctx], dim=-1)
         local_ctx = torch.cat([h_cur, pooled, ctx], dim=-1)
 
-        # DOMAIN pointer: logit_k = v^T tanh(W1 h_k + W2 q); padded nodes and indices >= K
-        # get the mask value whatever the action mask says.
-        q = self.query(graph_ctx)
-        pointer = self.pointer_v(torch.tanh(self.pointer_node(nodes)
-                                            + self.pointer_query(q)[:, None, :])).squeeze(-1)
-        pointer = pointer.masked_fill(~obs["node_mask"].bool(), neg)
-        domain = torch.cat([pointer, pointer.new_full((batch, self.n_actions - self.k_max),
-                                                      neg)], dim=-1)
+        def pointer(rows: Tensor) -> Tensor:
+            # DOMAIN pointer: logit_k = v^T tanh(W1 h_k + W2 q); padded nodes and indices
+            # >= K get the mask value whatever the action mask says.
+            q = self.query(graph_ctx[rows])
+            logit = self.pointer_v(torch.tanh(self.pointer_node(nodes[rows])
+                                              + self.pointer_query(q)[:, None, :])).squeeze(-1)
+            logit = logit.masked_fill(~obs["node_mask"][rows].bool(), neg)
+            return torch.cat([logit, logit.new_full((len(rows), self.n_actions - self.k_max),
+                                                    neg)], dim=-1)
 
-        heads = torch.stack([self.pair_head(graph_ctx), domain, self.layers_head(local_ctx),
-                             self.option_head(local_ctx), self.split_head(local_ctx)], dim=1)
-        index = phase.view(batch, 1, 1).expand(batch, 1, self.n_actions)
-        logits = heads.gather(1, index).squeeze(1)
+        heads = (lambda rows: self.pair_head(graph_ctx[rows]), pointer,
+                 lambda rows: self.layers_head(local_ctx[rows]),
+                 lambda rows: self.option_head(local_ctx[rows]),
+                 lambda rows: self.split_head(local_ctx[rows]))
+        logits = nodes.new_full((batch, self.n_actions), neg)
+        for number, head in enumerate(heads):
+            rows = torch.nonzero(phase == number).squeeze(-1)
+            if len(rows) == batch:
+                logits = head(rows)
+            elif len(rows):
+                logits = logits.index_copy(0, rows, head(rows))
         logits = logits.masked_fill(~obs["action_mask"].bool(), neg)
+        if not value:
+            return logits, None
 
         value_in = torch.cat([pooled, ctx, h_cur], dim=-1)
-        value = torch.where(phase >= OPTION, self.lower_value(value_in).squeeze(-1),
-                            self.upper_value(value_in).squeeze(-1))
-        return logits, value
+        values = torch.where(phase >= OPTION, self.lower_value(value_in).squeeze(-1),
+                             self.upper_value(value_in).squeeze(-1))
+        return logits, values
 
     def act(self, obs: Mapping[str, Tensor], deterministic: bool = False,
             generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -7,7 +7,12 @@ three topologies, on seeds from ``SEED_OFFSET`` up, far from the committed suite
 once; every episode takes one of them and multiplies each WAN link's bandwidth by a factor
 drawn uniformly within +-``bandwidth_swing`` (symmetric per link), so the agent sees the
 network in many states. Preferences: half the episodes use one of the suites' fixed
-vectors, the other half a Dirichlet(1, 1, 1) draw.
+vectors, the other half a Dirichlet(1, 1, 1) draw. Budgets (:class:`rl.masks.Budgets`), each
+drawn independently: a GPU budget in ``gpu_budget_share`` of the episodes, log-uniform
+between the fewest GPUs any plan of the instance needs and its free GPUs; a cost budget in
+``cost_budget_share``, 0 (no WAN traffic) a quarter of the time, else ``C_base`` times a
+log-uniform factor in [0.01, 1.5]; a step-time cap in ``step_cap_share``, ``T_base`` times a
+log-uniform factor in [0.5, 2]. A draw whose budgets no plan meets is drawn again.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ import numpy as np
 from formulation.instance import Instance
 from instances.generate import generate_instance
 from instances.suites import BENCH_SEARCH, PREFERENCES, SIZES
-from rl.env import Task
-from rl.masks import PlanRules
+from rl.env import InstanceCache, Task
+from rl.masks import Budgets, PlanRules
 
 SEED_OFFSET = 1_000_000
 TOPOLOGIES = ("random", "cn-hubs", "aws-10")
@@ -45,6 +50,19 @@ class TaskSettings:
     seed: int = 0
     """Seed of the pool; instance seeds start at SEED_OFFSET + 1000 * seed (a draw with no
     feasible plan is skipped)."""
+    gpu_budget_share: float = 0.5
+    """Share of the episodes with a GPU budget."""
+    cost_budget_share: float = 0.3
+    """Share of the episodes with a traffic-cost budget."""
+    step_cap_share: float = 0.1
+    """Share of the episodes with a step-time cap."""
+
+    def __post_init__(self):
+        for name in ("gpu_budget_share", "cost_budget_share", "step_cap_share",
+                     "bandwidth_swing"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value <= 1):
+                raise ValueError(f"tasks.{name} must be a number in [0, 1], got {value!r}")
 
 
 def base_instances(settings: TaskSettings):
@@ -70,17 +88,58 @@ def base_instances(settings: TaskSettings):
     return instances
 
 
+@dataclass(frozen=True)
+class BudgetRange:
+    """What a base instance's budgets are drawn relative to."""
+
+    least_gpus: int  # the fewest GPUs of any plan the masks admit
+    free_gpus: int
+    t_base: float
+    c_base: float
+
+    @staticmethod
+    def of(instance: Instance) -> BudgetRange:
+        cache = InstanceCache(instance)
+        low, high = 1, int(cache.rules.free.sum())
+        while low < high:  # bisection: a larger budget admits every plan a smaller one does
+            middle = (low + high) // 2
+            if cache.pairs_within(Budgets(gpus=middle)):
+                high = middle
+            else:
+                low = middle + 1
+        return BudgetRange(low, int(cache.rules.free.sum()), cache.scale.t_base,
+                           cache.scale.c_base)
+
+
+def draw_budgets(rng: np.random.Generator, settings: TaskSettings,
+                 limits: BudgetRange) -> Budgets:
+    """Budgets of one episode (module doc)."""
+    gpus = cost = step_time = None
+    if rng.random() < settings.gpu_budget_share and limits.free_gpus > limits.least_gpus:
+        gpus = int(np.exp(rng.uniform(np.log(limits.least_gpus),
+                                      np.log(limits.free_gpus + 1))))
+    if rng.random() < settings.cost_budget_share:
+        cost = 0.0 if rng.random() < 0.25 else \
+            limits.c_base * float(np.exp(rng.uniform(np.log(0.01), np.log(1.5))))
+    if rng.random() < settings.step_cap_share:
+        step_time = limits.t_base * float(np.exp(rng.uniform(np.log(0.5), np.log(2.0))))
+    return Budgets(gpus, cost, step_time)
+
+
 class TaskSampler:
-    """Callable ``rng -> Task`` for :class:`rl.env.PlanEnv`."""
+    """Callable ``rng -> Task`` for :class:`rl.env.PlanEnv` (which draws again a task whose
+    budgets no plan meets)."""
 
     def __init__(self, settings: TaskSettings = TaskSettings()):
         self.settings = settings
         self.instances = base_instances(settings)
+        self.limits = [BudgetRange.of(instance) for instance in self.instances]
 
     def __call__(self, rng: np.random.Generator) -> Task:
-        base = self.instances[int(rng.integers(len(self.instances)))]
-        instance = perturb(base, rng, self.settings.bandwidth_swing)
-        return Task(instance, draw_weights(rng))
+        index = int(rng.integers(len(self.instances)))
+        instance = perturb(self.instances[index], rng, self.settings.bandwidth_swing)
+        return Task(instance, draw_weights(rng),
+                    draw_budgets(rng, self.settings, self.limits[index]))
 
 
 def perturb(base: Instance, rng: np.random.Generator, swing: float) -> Instance:

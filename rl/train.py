@@ -8,9 +8,10 @@ tasks (:mod:`rl.tasks`), computes GAE advantages and runs ``update_epochs`` epoc
 PPO over minibatches. The hierarchy follows the seeds: the lower level (OPTION and SPLIT
 heads, its value head) is updated every iteration, the upper level (the graph encoder, the
 PAIR, DOMAIN and LAYERS heads, its value head) every ``upper_every`` iterations, each level
-on the decisions of its own phases. After each iteration the Lagrange multipliers of the soft
-constraints rise by ``lagrange_lr`` times the mean constraint excess of the finished
-episodes (dual ascent; they never go below 0).
+on the decisions of its own phases. The trainer owns the Lagrange multipliers of the soft
+constraints (:class:`rl.env.Multipliers`, one per constraint and budget bucket) and passes
+them to every episode; after each iteration each rises by ``lagrange_lr`` times the mean
+excess of its bucket's finished episodes (dual ascent; never below 0).
 
 Determinism and resuming: every iteration starts a fresh episode with a seed derived from
 the run's seed and the iteration number, and reseeds the action sampler the same way, so an
@@ -33,16 +34,8 @@ import torch
 import yaml
 
 from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
-from rl.env import (
-    ACTIONS,
-    CONTEXT_FEATURES,
-    EDGE_FEATURES,
-    MAX_DOMAINS,
-    NODE_FEATURES,
-    OPTION,
-    SOFT_CONSTRAINTS,
-    PlanEnv,
-)
+from rl.env import ACTIONS, MAX_DOMAINS, OPTION, SOFT_CONSTRAINTS, Multipliers, PlanEnv
+from rl.features import CONTEXT, EDGE, NODE
 from rl.imitation import ImitationSettings, clone, demonstrations
 from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
 from rl.tasks import TaskSampler, TaskSettings
@@ -133,7 +126,7 @@ def imitation_settings(fields: dict | None) -> ImitationSettings | None:
 
 
 def make_policy(config: HiPPOConfig) -> HiPPOPolicy:
-    return HiPPOPolicy(NODE_FEATURES, EDGE_FEATURES, CONTEXT_FEATURES, ACTIONS, MAX_DOMAINS,
+    return HiPPOPolicy(NODE.size, EDGE.size, CONTEXT.size, ACTIONS, MAX_DOMAINS,
                        hidden=config.hidden)
 
 
@@ -158,10 +151,13 @@ class Rollout:
     episodes: list[dict]
 
 
-def collect(env: PlanEnv, policy: HiPPOPolicy, steps: int, seed: int) -> Rollout:
-    """``steps`` decisions of the sampling policy, starting a fresh episode seeded ``seed``."""
+def collect(env: PlanEnv, policy: HiPPOPolicy, steps: int, seed: int,
+            multipliers: Multipliers) -> Rollout:
+    """``steps`` decisions of the sampling policy, starting a fresh episode seeded ``seed``,
+    every episode under the trainer's current ``multipliers``."""
     generator = torch.Generator().manual_seed(seed)
-    observation, _ = env.reset(seed=seed)
+    penalties = {"multipliers": multipliers}
+    observation, _ = env.reset(seed=seed, options=penalties)
     store = {key: [] for key in OBS_KEYS}
     actions, log_probs, values, rewards, dones, episodes = [], [], [], [], [], []
     total = 0.0
@@ -181,9 +177,11 @@ def collect(env: PlanEnv, policy: HiPPOPolicy, steps: int, seed: int) -> Rollout
         dones.append(done)
         if done:
             episodes.append({"return": total, "feasible": info.get("feasible", False),
-                             "constraints": info.get("constraints", [0.0, 0.0])})
+                             "constraints": info.get("constraints",
+                                                     [0.0] * len(SOFT_CONSTRAINTS)),
+                             "bucket": info.get("bucket", 0)})
             total = 0.0
-            observation, _ = env.reset()
+            observation, _ = env.reset(options=penalties)
     with torch.no_grad():
         _, _, _, last_value = policy.act(as_tensors(observation), generator=generator)
     return Rollout({key: np.stack(values_) for key, values_ in store.items()},
@@ -253,12 +251,15 @@ def update(policy: HiPPOPolicy, optimizers: tuple, rollout: Rollout, config: HiP
     return stats
 
 
-def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list) -> dict[str, float]:
+def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list,
+                    multipliers: Multipliers) -> dict[str, float]:
     """Mean reward and feasible share of the greedy policy's plans on fixed tasks."""
     rewards, feasible = [], []
     for task in tasks:
         observation, _ = env.reset(options={"instance": task.instance,
-                                            "weights": task.weights})
+                                            "weights": task.weights,
+                                            "budgets": task.budgets,
+                                            "multipliers": multipliers})
         while True:
             with torch.no_grad():
                 action, *_ = policy.act(as_tensors(observation), deterministic=True)
@@ -291,15 +292,16 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
     env = PlanEnv(tasks=TaskSampler(settings))
     validation = TaskSampler(dataclasses.replace(settings, seed=settings.seed + 1))
     eval_rng = np.random.default_rng(config.seed + 1)
-    eval_tasks = [validation(eval_rng) for _ in range(config.eval_tasks)]
+    eval_tasks = [env.draw(validation, eval_rng) for _ in range(config.eval_tasks)]
 
     start, curve, wall, cloned = 0, [], 0.0, None
+    multipliers = Multipliers()  # the trainer's: raised by dual ascent, passed to the env
     if resume:
         payload = load_checkpoint(out)
         policy.load_state_dict(payload["policy"])
         for optimizer, state in zip(optimizers, payload["optimizers"], strict=True):
             optimizer.load_state_dict(state)
-        env.multipliers = np.array(payload["multipliers"])
+        multipliers = Multipliers(np.array(payload["multipliers"], dtype=float))
         start, curve, wall = payload["iteration"], payload["curve"], payload["wall_time_s"]
         cloned = payload.get("imitation")
     began = time.perf_counter() - wall
@@ -309,19 +311,23 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
                                config.gamma, config.seed, progress)
         cloned = clone(policy, demos, imitation, config.vf_coef, config.max_grad_norm,
                        config.seed, _clone_progress(progress, imitation.epochs))
-        cloned.update(evaluate_greedy(policy, env, eval_tasks),
+        cloned.update(evaluate_greedy(policy, env, eval_tasks, multipliers),
                       wall_time_s=round(time.perf_counter() - began, 2))
+        # the cloned policy alone, to measure what PPO adds (rl.decide loads it as is)
+        save_checkpoint(cloned_path(out), {
+            "config": dataclasses.asdict(config), "policy": policy.state_dict(),
+            "multipliers": multipliers.values.tolist(), "iteration": 0, "curve": [],
+            "wall_time_s": cloned["wall_time_s"], "imitation": cloned})
     iterations = max(1, config.total_steps // config.num_steps)
     bar = _progress(progress, iterations, start)
     payload: dict = {}
     for iteration in range(start, iterations):
-        rollout = collect(env, policy, config.num_steps, config.seed * 1_000_003 + iteration)
+        rollout = collect(env, policy, config.num_steps, config.seed * 1_000_003 + iteration,
+                          multipliers)
         generator = torch.Generator().manual_seed(config.seed * 7_919 + iteration)
         upper_turn = iteration % config.upper_every == 0
         stats = update(policy, optimizers, rollout, config, upper_turn, generator)
-        if rollout.episodes:
-            excess = np.mean([e["constraints"] for e in rollout.episodes], axis=0)
-            env.multipliers = np.maximum(0.0, env.multipliers + config.lagrange_lr * excess)
+        multipliers.ascend(rollout.episodes, config.lagrange_lr)
         row = {"iteration": iteration + 1, "steps": (iteration + 1) * config.num_steps,
                "episodes": len(rollout.episodes),
                "mean_return": float(np.mean([e["return"] for e in rollout.episodes]))
@@ -329,22 +335,28 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
                "feasible": float(np.mean([e["feasible"] for e in rollout.episodes]))
                if rollout.episodes else float("nan"),
                "upper_updated": upper_turn, **stats,
-               **{f"lambda_{n}": float(v) for n, v in zip(SOFT_CONSTRAINTS, env.multipliers,
-                                                           strict=True)}}
+               **{f"lambda_{n}_{b}": float(multipliers.values[c, b])
+                  for c, n in enumerate(SOFT_CONSTRAINTS)
+                  for b in range(multipliers.values.shape[1])}}
         last = iteration + 1 == iterations
         if (iteration + 1) % config.eval_every == 0 or last:
-            row.update(evaluate_greedy(policy, env, eval_tasks))
+            row.update(evaluate_greedy(policy, env, eval_tasks, multipliers))
         row["wall_time_s"] = round(time.perf_counter() - began, 2)
         curve.append(row)
         if (iteration + 1) % config.checkpoint_every == 0 or last:
             payload = {"config": dataclasses.asdict(config), "policy": policy.state_dict(),
                        "optimizers": [o.state_dict() for o in optimizers],
-                       "multipliers": env.multipliers.tolist(), "iteration": iteration + 1,
+                       "multipliers": multipliers.values.tolist(), "iteration": iteration + 1,
                        "curve": curve, "wall_time_s": row["wall_time_s"],
                        "imitation": cloned}
             save_checkpoint(out, payload)
         bar(row)
     return payload
+
+
+def cloned_path(out: Path) -> Path:
+    """Where the policy after behaviour cloning, before PPO, is saved beside ``out``."""
+    return out.with_name(f"{out.stem}.cloned{out.suffix}")
 
 
 def load_checkpoint(path: str | Path) -> dict:

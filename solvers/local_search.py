@@ -84,19 +84,26 @@ def neighbours(instance: Instance, plan: Plan) -> list[Plan]:
 
 
 def local_search(instance: Instance, plan: Plan, weights, scale: RewardScale,
-                 rounds: int = 100) -> tuple[Plan, float]:
+                 rounds: int = 100, limits=None) -> tuple[Plan, float]:
     """The local optimum reached from ``plan`` and its reward (module doc); ``plan`` itself
-    when it is infeasible and no neighbour is feasible."""
+    when it is infeasible and no neighbour is feasible. ``limits``: the largest step time,
+    GPUs and cost a plan may have (``inf``: none); a plan beyond them counts as infeasible,
+    so a plan within them stays within them."""
     weights = np.asarray(weights, dtype=float)
+    limits = np.full(3, np.inf) if limits is None else np.asarray(limits, dtype=float)
+
+    def allowed(result) -> np.ndarray:
+        return result.feasible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
+
     start = evaluate_plans(instance, [plan])
-    best = float(reward(start.objectives, weights, scale)[0]) if start.feasible[0] \
+    best = float(reward(start.objectives, weights, scale)[0]) if allowed(start)[0] \
         else -np.inf
     for _ in range(rounds):
         candidates = neighbours(instance, plan)
         if not candidates:
             break
         result = evaluate_plans(instance, candidates)
-        value = np.where(result.feasible, reward(result.objectives, weights, scale), -np.inf)
+        value = np.where(allowed(result), reward(result.objectives, weights, scale), -np.inf)
         index = int(np.argmax(value))
         if not value[index] > best + 1e-12:
             break

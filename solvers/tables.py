@@ -12,7 +12,7 @@ domains ``k``, stage options ``o`` = (tp, recompute) pairs allowed by the search
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,19 +87,20 @@ def pair_tables(instance: Instance, dp: int, micro_batch: int) -> PairTables | N
 
     layer_cap = np.zeros((positions, len(options)), dtype=np.int64)
     layer_cap_first = np.zeros_like(layer_cap)
-    for p in range(positions):
-        in_flight = min(m, p + 1)
-        last = 1 if p == 0 else 0
-        for o, (t, rc) in enumerate(options):
-            state = cm.state_bytes_per_param(t, dp)
-            per_layer = cm.stage_memory_bytes(1, in_flight, state,
-                                              cm.layer_activation_bytes(b, t, rc), 0, 0, 0, 0)
-            for first, caps in ((0, layer_cap), (1, layer_cap_first)):
-                fixed = cm.stage_memory_bytes(0, in_flight, state, 0.0,
-                                              cm.recompute_workspace_bytes(b, t, rc),
-                                              cm.logits_bytes(b, t), first, last)
-                room = (cm.usable_memory - fixed) / per_layer
-                caps[p, o] = max(0, min(model.layers, math.floor(room * (1 + 1e-12))))
+    # every position at once (the same arithmetic per element as for one)
+    in_flight = np.minimum(m, np.arange(positions) + 1)
+    last = (np.arange(positions) == 0).astype(np.int64)
+    for o, (t, rc) in enumerate(options):
+        state = cm.state_bytes_per_param(t, dp)
+        per_layer = cm.stage_memory_bytes(1, in_flight, state,
+                                          cm.layer_activation_bytes(b, t, rc), 0, 0, 0, 0)
+        for first, caps in ((0, layer_cap), (1, layer_cap_first)):
+            fixed = cm.stage_memory_bytes(0, in_flight, state, 0.0,
+                                          cm.recompute_workspace_bytes(b, t, rc),
+                                          cm.logits_bytes(b, t), first, last)
+            room = (cm.usable_memory - fixed) / per_layer
+            caps[:, o] = np.maximum(0, np.minimum(model.layers,
+                                                  np.floor(room * (1 + 1e-12))))
 
     k = np.arange(instance.num_domains)
     kk_from, kk_to = np.meshgrid(k, k, indexing="ij")
@@ -130,6 +131,18 @@ def all_pair_tables(instance: Instance) -> list[PairTables]:
             if tables is not None:
                 out.append(tables)
     return out
+
+
+def full_capacity(instance: Instance) -> Instance:
+    """The instance with every GPU free: its pair tables hold the options and caps of every
+    load state (a load change only changes ``free_gpus``, :func:`with_free_gpus`)."""
+    return instance.with_link_state(free_gpus=np.array([d.gpus for d in instance.domains]))
+
+
+def with_free_gpus(tables: PairTables, free: np.ndarray) -> PairTables:
+    """``tables`` in another load state. Its options may include some that fit no domain
+    now (the options of :func:`full_capacity`); every GPU test on ``free_gpus`` drops them."""
+    return dataclasses.replace(tables, free_gpus=np.asarray(free))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from solvers.baselines.sailor import (
     ranked_chains,
     tp_candidates,
 )
+from solvers.baselines.single_domain import uniform_plans, uniform_splits
 from solvers.front import Front, dominated_by
 from solvers.tables import all_pair_tables
 
@@ -142,6 +143,57 @@ def test_min_max_layers_matches_enumeration():
                      for j, (o, n) in enumerate(zip(options, split, strict=True))]
             assert max(times) == pytest.approx(best[0], rel=1e-12)
             assert sum(times) == pytest.approx(best[1], rel=1e-9)
+
+
+def _slowest(tables, option: int, layers) -> float:
+    count = len(layers)
+    return max(stage_time(tables, option, n, j == 0, j == count - 1)
+               for j, n in enumerate(layers))
+
+
+def test_uniform_splits_minimise_the_slowest_stage_and_then_the_fullest():
+    """The vectorised single-domain splits against the min-max DP and enumeration: the same
+    slowest stage, the layers summing to the model, within every cap, and among min-max
+    splits the fewest layers on the fullest stage."""
+    for tables in _tables():
+        splits = uniform_splits([tables])[0]
+        for option in range(tables.num_options):
+            for count in range(1, tables.positions + 1):
+                split = splits[option, count - 1, :count]
+                reference = min_max_layers(tables, [Slot(0, option)] * count)
+                if reference is None:
+                    assert not split.any()
+                    continue
+
+                assert split.sum() == tables.layers
+                assert _slowest(tables, option, split) == pytest.approx(
+                    _slowest(tables, option, reference), rel=1e-12)
+                caps = [(tables.layer_cap_first if j == 0 else tables.layer_cap)[
+                    count - 1 - j, option] for j in range(count)]
+                assert all(1 <= n <= c for n, c in zip(split, caps, strict=True))
+                assert split.max() <= max(reference)
+
+
+def test_t_base_evaluated_lazily_equals_every_plan_evaluated(quick):
+    """UniformPlans.fastest evaluates rows in lower-bound order and stops early; the plan
+    it finds is the fastest of all single-domain plans (every row evaluated), and its
+    plans survive a JSON round trip."""
+    instance, _, fronts = quick
+    free = np.array([d.free_gpus for d in instance.domains])
+    for state in (free, np.maximum(free // 2, 1), np.array([d.gpus for d in instance.domains])):
+        lazy = uniform_plans(instance)
+        found = lazy.fastest(state)
+        eager = uniform_plans(instance)
+        usable = eager.usable(state).any(axis=1)
+        if found is None:
+            assert not usable.any()
+            continue
+        best = eager.step_time_s[usable].min()
+        assert lazy.times[found[0]] == best
+        plan = lazy.plan(*found)
+        assert Plan.from_dict(json.loads(json.dumps(plan.to_dict(instance))), instance) == plan
+    for point in fronts["single-domain"].points:
+        assert Plan.from_dict(point.plan.to_dict(instance), instance) == point.plan
 
 
 def test_sailor_tp_candidates_keep_min_memory_tp_and_only_big_speedups():

@@ -11,10 +11,13 @@ import pytest
 from clitools import assert_usage_error, run_module
 
 from formulation.instance import Instance
+from formulation.plan import Plan, Stage
 from formulation.result import evaluate
 from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
-from rl.decide import DEFAULT_CHECKPOINT, Scheduler, parse_weights
+from rl.decide import DEFAULT_CHECKPOINT, Scheduler, parse_weights, sweep_front
+from rl.env import NoPlanWithinBudget
+from rl.masks import Budgets
 from rl.train import HiPPOConfig, train
 
 QUICK = SUITES_DIR / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
@@ -77,11 +80,86 @@ def test_polish_only_improves_and_counts_in_the_latency(checkpoint: Path,
                                                                        samples=2, seed=0)]
 
 
-def test_front_sweeps_the_preferences(checkpoint: Path, instance: Instance):
+def test_front_is_a_budget_sweep(checkpoint: Path, instance: Instance):
     front = Scheduler(checkpoint).front(instance, samples=1)
     assert front.status == "heuristic" and front.points
-    assert front.provenance["decisions"] == 2 * len(PREFERENCES)
+    assert front.provenance["decisions"] >= 2
     assert all(evaluate(instance, p.plan).feasible for p in front.points)
+    gpus = [p.objectives[1] for p in front.points]
+    assert len(set(gpus)) >= 2  # the GPU budget stepped below the first plan's
+
+
+def test_sweep_steps_the_gpu_budget_down_and_the_cost_budget_at_each_level():
+    """With a stand-in for the agent that takes every GPU and cost it is given: the GPU
+    budget goes one below each plan's GPUs until none fits, and at each level the cost
+    budget steps below the plan's cost, the last step asking for no traffic."""
+    asked = []
+
+    def decide(weights, budgets: Budgets):
+        asked.append(budgets)
+        gpus = 8 if budgets.gpus is None else budgets.gpus
+        if gpus < 6:
+            raise NoPlanWithinBudget("no plan within budget")
+        cost = 1.0 if budgets.cost is None else budgets.cost
+        return [(Plan(dp=1, micro_batch=1, stages=tuple(
+            Stage(0, 1, 1, "none") for _ in range(gpus))), -cost)], cost
+
+    costs = {}
+
+    def run(weights, budgets):
+        candidates, cost = decide(weights, budgets)
+        costs[candidates[0][0]] = cost
+        return candidates
+
+    plans, decisions = sweep_front(run, costs.get, [(1, 0, 0)], cost_steps=3)
+    gpu_levels = [b.gpus for b in asked if b.cost is None]
+    assert gpu_levels == [None, 7, 6, 5]
+    at_eight = [b.cost for b in asked if b.gpus == 8]
+    assert at_eight == [pytest.approx(0.98), pytest.approx(0.98 ** 2), 0.0]
+    assert decisions == len(asked) - 1 == len(plans)  # the last ask found no plan
+
+
+def test_budgets_are_met_explained_and_an_impossible_one_is_refused(checkpoint: Path,
+                                                                   instance: Instance):
+    scheduler = Scheduler(checkpoint)
+    free = scheduler.decide(instance, (1, 0, 0))
+    budget = int(free.evaluation.objectives[1]) - 1
+    decision = scheduler.decide(instance, (1, 0, 0), budgets=Budgets(gpus=budget, cost=0.0))
+    step_time, gpus, cost = decision.evaluation.objectives
+    assert decision.evaluation.feasible and gpus <= budget and cost == 0.0
+    assert decision.explanation[0].startswith(f"GPU budget {budget}")
+    assert decision.explanation[1].startswith("cost budget 0 USD/step")
+    assert decision.budgets == Budgets(gpus=budget, cost=0.0)
+    with pytest.raises(InputError, match="no plan within budget"):
+        scheduler.decide(instance, (1, 0, 0), budgets=Budgets(gpus=1))
+    capped = scheduler.decide(instance, (1, 0, 0), budgets=Budgets(step_time=1e-3))
+    assert "step-time cap 0.001 s missed by" in capped.explanation[0]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--gpus", "1"], "no plan within budget"),
+    (["--gpus", "0"], "--gpus"),
+    (["--cost-budget", "nan"], "--cost-budget"),
+    (["--cost-budget", "-1"], "--cost-budget"),
+    (["--step-cap", "0"], "--step-cap"),
+])
+def test_cli_budgets_bad_or_impossible(checkpoint: Path, tmp_path: Path, args: list[str],
+                                       needle: str):
+    out = tmp_path / "plan.json"
+    done = run_module("rl.decide", QUICK, "--weights", "1,0,0", "--checkpoint", checkpoint,
+                      *args, "--out", out)
+    assert_usage_error(done, out)
+    assert needle in done.stderr
+
+
+def test_cli_budget_is_met_and_named(checkpoint: Path):
+    done = run_module("rl.decide", QUICK, "--weights", "1,0,0", "--checkpoint", checkpoint,
+                      "--gpus", "24", "--cost-budget", "0.5")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["objectives"][1] <= 24 and document["objectives"][2] <= 0.5
+    assert document["budgets"] == {"gpus": 24, "cost": 0.5, "step_time": None}
+    assert document["explanation"][0].startswith("GPU budget 24")
 
 
 def test_cli_prints_the_decision_and_draws_the_heat_map(checkpoint: Path, tmp_path: Path):

@@ -16,8 +16,17 @@ from formulation.reward import reward
 from instances.generate import generate_instance
 from instances.suites import SUITES_DIR, reference_front_path, suite_paths
 from instances.tiny import tiny_instance
-from rl.env import ACTIONS, DOMAIN, INVALID_LIMIT, PAIR, PlanEnv, Task
-from rl.masks import PlanRules, even_split, even_split_capacity
+from rl.env import (
+    ACTIONS,
+    DOMAIN,
+    INVALID_LIMIT,
+    PAIR,
+    Multipliers,
+    PlanEnv,
+    Task,
+    budget_bucket,
+)
+from rl.masks import Budgets, PlanRules, even_split, even_split_capacity
 from solvers.baselines import baseline_references
 from solvers.front import Front
 
@@ -100,19 +109,39 @@ def test_reward_is_the_seed_reward_of_the_evaluated_plan(instance: Instance):
     assert steps >= 5 and (steps - 1) % 4 == 0
 
 
-def test_soft_constraints_are_penalised_by_their_multipliers(instance: Instance):
-    tight = instance.replace(constraints=dataclasses.replace(instance.constraints,
-                                                             cost_budget=1e-6))
-    env = _env(tight)
-    env.multipliers = np.array([0.0, 2.0])
-    for seed in range(20):  # until a plan crosses the WAN and so exceeds the budget
-        value, info, _ = _rollout(env, np.random.default_rng(seed),
-                                  options={"instance": tight, "weights": (1, 0, 0)})
+def test_the_step_cap_is_penalised_by_its_bucket_multiplier(instance: Instance):
+    """The step-time cap is soft: the reward loses multiplier x relative excess, the
+    multiplier being the trainer's for the cap's bucket (passed at reset, never set)."""
+    env = _env(instance)
+    scale = baseline_references(instance).scale
+    budgets = Budgets(step_time=0.3 * scale.t_base)  # bucket of caps below T_base / 2
+    bucket = budget_bucket(budgets, scale.t_base)
+    multipliers = Multipliers()
+    multipliers.values[1, bucket] = 2.0
+    for seed in range(20):  # until a random plan misses the cap
+        value, info, _ = _rollout(env, np.random.default_rng(seed), options={
+            "instance": instance, "weights": (1, 0, 0), "budgets": budgets,
+            "multipliers": multipliers})
         if info["constraints"][1] > 0:
             break
     excess = info["constraints"][1]
-    assert excess > 0 and not info["feasible"]
+    step_time = info["objectives"][0]
+    assert info["bucket"] == bucket == 1
+    assert excess == pytest.approx(step_time / budgets.step_time - 1) and excess > 0
     assert value == pytest.approx(info["reward_terms"] - 2.0 * excess)
+    assert env.multipliers is multipliers  # the env reads the trainer's, never copies
+
+
+def test_the_instance_cost_budget_is_met_exactly_by_the_masks(instance: Instance):
+    """The instance's own cost budget joins the task's: no plan the masks admit exceeds it
+    (it was a soft constraint before budgets were masks)."""
+    tight = instance.replace(constraints=dataclasses.replace(instance.constraints,
+                                                             cost_budget=1e-6))
+    env = _env(tight)
+    for seed in range(10):
+        _, info, _ = _rollout(env, np.random.default_rng(seed),
+                              options={"instance": tight, "weights": (1, 0, 0)})
+        assert info["feasible"] and info["objectives"][2] <= 1e-6
 
 
 def test_an_action_outside_the_mask_changes_nothing_and_repeated_truncates(

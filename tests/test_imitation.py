@@ -16,6 +16,8 @@ from rl.env import PlanEnv, pair_code, plan_actions
 from rl.imitation import (
     ImitationSettings,
     accuracy,
+    budget_tasks,
+    choices,
     clone,
     demonstrate,
     demonstrations,
@@ -27,7 +29,8 @@ from solvers.baselines import baseline_references
 from solvers.front import Front
 
 QUICK = SUITES_DIR / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
-SMALL = ImitationSettings(states=1, random_preferences=2, epochs=1, workers=1)
+SMALL = ImitationSettings(states=1, random_preferences=2, epochs=1, workers=1,
+                          budget_levels=0, cost_levels=0)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,33 @@ def test_demonstrations_choose_the_best_expert_plan_or_better_when_polished(
     # the discounted return of an episode's last decision is its reward
     last = np.flatnonzero(np.diff(np.append(polished.episode, -1)))
     assert np.allclose(polished.returns[last], polished.rewards)
+
+
+def test_budgeted_demonstrations_stay_within_their_budgets(instance: Instance):
+    """Budget tasks sit at front GPU counts and costs of the pooled plans; the plan each
+    demonstrates is within its budgets, at least as fast as the fastest expert plan within
+    them, and the masks build it under those budgets."""
+    plans = expert_plans(instance, SMALL.experts)
+    result = evaluate_plans(instance, plans)
+    scale = baseline_references(instance).scale
+    settings = dataclasses.replace(SMALL, budget_levels=4, cost_levels=2)
+    tasks = budget_tasks(result, settings, np.random.default_rng(0))
+    assert len(tasks) == 6 and any(b.cost is not None for _, b in tasks)
+    env = PlanEnv()
+    env.reset(options={"instance": instance})
+    for weights, budgets in tasks:
+        assert np.array_equal(weights, [1, 0, 0])
+        limits = budgets.limits()
+        within = result.feasible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
+        assert within.any()  # the budgets come from the pool's own plans
+        candidates, value = choices(instance, plans, result, weights, scale, 2, limits)
+        best = int(np.argmax(value))
+        chosen = evaluate_plans(instance, [candidates[best]]).objectives[0]
+        assert np.all(chosen <= limits * (1 + 1e-12))
+        assert chosen[0] <= result.objectives[within, 0].min() + 1e-12
+        assert replay(env, instance, candidates[best], budgets) is not None
+    with_budgets = demonstrate(instance, settings, 0.0, 0.99, seed=0)
+    assert len(with_budgets.rewards) == 9 + 6
 
 
 def test_demonstrations_are_deterministic_and_independent_of_workers(instance: Instance):

@@ -13,7 +13,8 @@ from clitools import run_module
 from formulation.instance import Instance
 from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
-from rl.env import PlanEnv, Task
+from rl.env import BUCKETS, MULTIPLIER_CAP, SOFT_CONSTRAINTS, Multipliers, PlanEnv, Task
+from rl.tasks import TaskSampler, TaskSettings
 from rl.train import (
     DEFAULT_CONFIG,
     HiPPOConfig,
@@ -63,7 +64,7 @@ def test_lower_turn_leaves_the_upper_level_untouched():
     upper, lower = level_parameters(policy)
     optimizers = (torch.optim.Adam(upper, lr=1e-3), torch.optim.Adam(lower, lr=1e-3))
     env = PlanEnv(tasks=lambda rng: Task(Instance.load(QUICK), rng.dirichlet(np.ones(3))))
-    rollout = collect(env, policy, 128, seed=0)
+    rollout = collect(env, policy, 128, seed=0, multipliers=Multipliers())
     before = [p.detach().clone() for p in upper], [p.detach().clone() for p in lower]
     update(policy, optimizers, rollout, TINY, upper_turn=False,
            generator=torch.Generator().manual_seed(0))
@@ -85,7 +86,7 @@ def test_a_short_run_beats_a_random_policy(tmp_path: Path):
     instance = Instance.load(QUICK)
     tasks = [Task(instance, np.array(w)) for w in PREFERENCES]
     env = PlanEnv()
-    greedy = evaluate_greedy(policy, env, tasks)
+    greedy = evaluate_greedy(policy, env, tasks, Multipliers())
     assert greedy["eval_feasible"] == 1.0
     rng, random_rewards = np.random.default_rng(0), []
     for task in tasks:
@@ -116,6 +117,38 @@ def test_same_seed_same_weights_and_resume_continues_exactly(tmp_path: Path):
         [row["mean_return"] for row in whole["curve"]]
 
 
+def test_drawn_tasks_always_admit_a_plan_within_their_budgets():
+    """Budgets are drawn blind to the instance's plans; the environment draws again (and
+    at last drops them) so that neither training nor validation meets an impossible one."""
+    sampler = TaskSampler(TaskSettings(pool=4, max_domains=8, gpu_budget_share=1.0,
+                                       cost_budget_share=1.0, step_cap_share=1.0))
+    env = PlanEnv(tasks=sampler)
+    rng = np.random.default_rng(0)
+    budgeted = 0
+    for _ in range(40):
+        task = env.draw(sampler, rng)
+        budgeted += task.budgets.any
+        env.reset(options={"instance": task.instance, "weights": task.weights,
+                           "budgets": task.budgets})  # raises if no plan fits
+    assert budgeted >= 20
+
+
+def test_dual_ascent_raises_each_bucket_by_its_own_excess():
+    multipliers = Multipliers()
+    episodes = [{"constraints": [0.0, 0.4], "bucket": 2}, {"constraints": [0.0, 0.2],
+                                                         "bucket": 2},
+                {"constraints": [0.1, 0.0], "bucket": 0}]
+    multipliers.ascend(episodes, step=0.5)
+    assert multipliers.values.shape == (len(SOFT_CONSTRAINTS), BUCKETS)
+    assert multipliers.values[1, 2] == pytest.approx(0.15)
+    assert multipliers.values[0, 0] == pytest.approx(0.05)
+    assert multipliers.values.sum() == pytest.approx(0.2)
+    multipliers.ascend([{"constraints": [0.0, 0.0], "bucket": 2}], step=1.0)
+    assert multipliers.values[1, 2] == pytest.approx(0.15)  # never below 0, no decay
+    multipliers.ascend([{"constraints": [0.0, 100.0], "bucket": 2}], step=1.0)
+    assert multipliers.values[1, 2] == MULTIPLIER_CAP
+
+
 def test_missing_or_foreign_checkpoint_is_a_clear_error(tmp_path: Path):
     with pytest.raises(InputError, match="no such file"):
         load_checkpoint(tmp_path / "none.pt")
@@ -135,7 +168,7 @@ def test_cli_rejects_a_missing_config(tmp_path: Path):
 
 def test_imitation_warm_start_is_recorded_and_not_repeated_on_resume(tmp_path: Path):
     imitation = {"states": 1, "random_preferences": 1, "epochs": 2, "workers": 1,
-                 "polish": 2, "holdout": 0.25}
+                 "polish": 2, "holdout": 0.25, "budget_levels": 0, "cost_levels": 0}
     config = dataclasses.replace(TINY, total_steps=2 * TINY.num_steps, imitation=imitation)
     whole = train(config, tmp_path / "whole.pt", progress=False)
     stats = whole["imitation"]

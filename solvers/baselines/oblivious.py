@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from formulation.evaluator import evaluate_plans
+from formulation.batch import RECOMPUTE_CODE, PlanBatch
+from formulation.evaluator import evaluate_batch
 from formulation.instance import Instance
-from formulation.plan import Plan
-from instances.sample import split_layers
-from solvers.baselines.common import Decisions, Slot, roomiest, slots_plan
+from solvers.baselines.common import Decisions, roomiest
 from solvers.front import nondominated_mask
-from solvers.tables import all_pair_tables
+from solvers.tables import PairTables, all_pair_tables
 
 
 def flat_network(instance: Instance) -> Instance:
@@ -32,30 +31,47 @@ def flat_network(instance: Instance) -> Instance:
                                     latency_ms=np.maximum.outer(latency, latency))
 
 
-def oblivious_candidates(instance: Instance) -> list[Plan]:
-    plans = []
-    for tables in all_pair_tables(instance):
-        for option in range(tables.num_options):
-            usable = [k for k in range(tables.num_domains)
-                      if tables.gpus[option] <= tables.free_gpus[k]]
-            chain = usable[:min(tables.positions, tables.layers)]
-            if chain:
-                slots = [Slot(k, option) for k in chain]
-                plans.append(slots_plan(tables, slots,
-                                        split_layers(tables.layers, np.ones(len(chain)))))
-    return plans
+def oblivious_candidates(instance: Instance,
+                         tables: list[PairTables] | None = None) -> PlanBatch | None:
+    """One chain per (pair, option), as a batch (None: no domain has room for one stage);
+    ``tables``: the instance's pair tables if already built (their ``free_gpus`` must be
+    the instance's)."""
+    rows = []
+    for pair in all_pair_tables(instance) if tables is None else tables:
+        for option, (tp, recompute) in enumerate(pair.options):
+            usable = np.flatnonzero(pair.gpus[option] <= pair.free_gpus)
+            chain = usable[:min(pair.positions, pair.layers)]
+            if len(chain):
+                rows.append((pair.dp, pair.micro_batch, chain, tp, RECOMPUTE_CODE[recompute]))
+    if not rows:
+        return None
+    width = max(len(chain) for _, _, chain, _, _ in rows)
+    domain = np.zeros((len(rows), width), np.int64)
+    count = np.array([len(chain) for _, _, chain, _, _ in rows])
+    for i, (_, _, chain, _, _) in enumerate(rows):
+        domain[i, :len(chain)] = chain
+    # equal shares (instances.sample.split_layers with equal weights): the extra layers on
+    # the front stages
+    layers = instance.model.layers
+    stage = np.arange(width)[None, :]
+    base, extra = divmod(layers - count, count)
+    split = np.where(stage < count[:, None], 1 + base[:, None] + (stage < extra[:, None]), 0)
+    dp, micro_batch, _, tp, recompute = zip(*rows, strict=True)
+    return PlanBatch.from_arrays(dp, micro_batch, domain, split,
+                                 np.repeat(np.array(tp)[:, None], width, axis=1),
+                                 np.repeat(np.array(recompute)[:, None], width, axis=1))
 
 
-def oblivious(instance: Instance) -> Decisions:
-    candidates = oblivious_candidates(instance)
-    if not candidates:
+def oblivious(instance: Instance, tables: list[PairTables] | None = None) -> Decisions:
+    candidates = oblivious_candidates(instance, tables)
+    if candidates is None:
         return Decisions([], 0, {"note": "no domain has room for one stage"})
-    believed = evaluate_plans(flat_network(instance), candidates)
+    believed = evaluate_batch(flat_network(instance), candidates)
     ok = np.flatnonzero(believed.feasible)
     if not len(ok):  # nothing fits even in its own view: deploy the roomiest attempt
-        return Decisions([roomiest(candidates)], len(candidates))
+        return Decisions([roomiest(candidates.to_plans())], len(candidates))
     view = np.stack([believed.step_time_s[ok], believed.gpus[ok].astype(float)], axis=1)
     chosen = ok[nondominated_mask(view)]
     fastest = int(ok[np.argmin(believed.step_time_s[ok])])
-    return Decisions([candidates[i] for i in chosen], len(candidates),
-                     {"believed_fastest": candidates[fastest].to_dict(instance)})
+    return Decisions([candidates.plan(i) for i in chosen], len(candidates),
+                     {"believed_fastest": candidates.plan(fastest).to_dict(instance)})

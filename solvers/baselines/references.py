@@ -24,7 +24,8 @@ from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reward import RewardScale
 from solvers.baselines.oblivious import oblivious
-from solvers.baselines.single_domain import single_domain
+from solvers.baselines.single_domain import UniformPlans, single_domain, uniform_plans
+from solvers.tables import PairTables, all_pair_tables, full_capacity, with_free_gpus
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,29 @@ def _fastest(instance: Instance, plans: list[AnyPlan]) -> tuple[AnyPlan, np.ndar
     return plans[best], objectives[best], bool(feasible[best])
 
 
-def baseline_references(instance: Instance) -> BaselineReferences:
-    """The single-domain and oblivious reference plans of an instance (module doc)."""
-    single = single_domain(instance)
-    if not single.plans:
-        raise ValueError(f"{instance.name}: the single-domain baseline made no plan")
-    single_plan, single_objectives, single_ok = _fastest(instance, single.plans)
+def baseline_references(instance: Instance, tables: list[PairTables] | None = None,
+                        uniform: UniformPlans | None = None) -> BaselineReferences:
+    """The single-domain and oblivious reference plans of an instance (module doc).
 
-    decisions = oblivious(instance)
+    ``tables`` (the pairs' tables at full capacity, :func:`solvers.tables.full_capacity`)
+    and ``uniform`` (:func:`~solvers.baselines.single_domain.uniform_plans`) do not depend
+    on the free GPUs or the links: a caller that plans for many states of one instance
+    (the RL environment) builds them once, and a new state then costs two small batch
+    evaluations."""
+    if tables is None:
+        tables = all_pair_tables(full_capacity(instance))
+    uniform = uniform_plans(instance, tables) if uniform is None else uniform
+    free = np.array([d.free_gpus for d in instance.domains])
+    fastest = uniform.fastest(free)
+    if fastest is not None:
+        single_plan, single_objectives, single_ok = _fastest(instance, [uniform.plan(*fastest)])
+    else:  # fits no single domain: the attempt, reported infeasible
+        single = single_domain(instance)
+        if not single.plans:
+            raise ValueError(f"{instance.name}: the single-domain baseline made no plan")
+        single_plan, single_objectives, single_ok = _fastest(instance, single.plans)
+
+    decisions = oblivious(instance, [with_free_gpus(t, free) for t in tables])
     if not decisions.plans:
         raise ValueError(f"{instance.name}: the oblivious baseline made no plan "
                          "(no domain has room for one stage)")
