@@ -362,27 +362,24 @@ class PlanEnv(gym.Env):
     # -- masks and observations ---------------------------------------------------------
     def action_masks(self) -> np.ndarray:
         mask = np.zeros(ACTIONS, dtype=bool)
-        rules, state, partial = self.cache.rules, self.state, self.partial
         if self.phase == PAIR:
             mask[[self.cache.pair_codes[i] for i in self.cache.pairs_within(self.budgets)]] \
                 = True
-        elif self.phase == DOMAIN:
-            for k in range(self.task.instance.num_domains):
-                mask[k] = rules.layer_options(state, k).any()
+            return mask
+        # every admissible segment of the state, [domain, option, stages - 1, layers]
+        segments = self.cache.rules.segments(self.state)
+        partial = self.partial
+        if self.phase == DOMAIN:
+            mask[:len(segments)] = segments.any(axis=(1, 2, 3))
         elif self.phase == LAYERS:
-            mask[:rules.layers] = rules.layer_options(state, partial["domain"])[1:]
+            mask[:self.cache.rules.layers] = segments[partial["domain"]].any(axis=(0, 1))[1:]
         elif self.phase == OPTION:
-            for option, code in enumerate(self.cache.option_codes[state.pair]):
-                mask[code] = any(self._fits(option, n)
-                                 for n in range(1, rules.max_stages(state) + 1))
+            fits = segments[partial["domain"], :, :, partial["layers"]].any(axis=1)
+            mask[self.cache.option_codes[self.state.pair]] = fits
         else:
-            for n in range(1, rules.max_stages(state) + 1):
-                mask[n - 1] = self._fits(partial["option"], n)
+            stages = segments[partial["domain"], partial["option"], :, partial["layers"]]
+            mask[:len(stages)] = stages
         return mask
-
-    def _fits(self, option: int, stages: int) -> bool:
-        return bool(self.cache.rules.segment_layers(
-            self.state, self.partial["domain"], option, stages)[self.partial["layers"]])
 
     def _observation(self) -> dict[str, np.ndarray]:
         self._mask = self.action_masks()  # once per step: step() checks the action against it

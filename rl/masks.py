@@ -13,7 +13,7 @@ stage, at least one layer per stage, the layers summing to the model's. tp <= no
 heads divisible by tp and the search space are built into the options and pairs.
 
 No dead ends: a segment is admitted only if the layers left after it can still be placed.
-The test (:meth:`PlanRules.completable`) asks whether some *uniform* completion exists:
+The test (:meth:`PlanRules.completions`) asks whether some *uniform* completion exists:
 ``n'`` more stages of one option, packed into the domains' remaining GPUs, holding between
 ``n'`` and their summed caps. Placing the first stage of such a completion leaves a uniform
 completion of the rest, so every admitted state admits an action, by induction. The test is
@@ -220,7 +220,7 @@ class PlanRules:
         # per pair: the dearest boundary (a plan has at most one per stage)
         self._dearest = [float(t.cost.max(initial=0.0)) for t in candidates]
         # a pair is offered only if a plan of it can be completed from scratch
-        offered = [i for i in range(len(candidates)) if self._starts(i, NO_BUDGETS)]
+        offered = [i for i in range(len(candidates)) if self.startable(i, NO_BUDGETS)]
         self.pairs = [candidates[i] for i in offered]
         self._dearest = [self._dearest[i] for i in offered]
 
@@ -289,21 +289,6 @@ class PlanRules:
         one_more = np.minimum(np.minimum(two, gpus_left), room)
         return np.where(priced[..., None], np.maximum(any_packing, one_more), count)
 
-    def _starts(self, pair: int, budgets: Budgets) -> bool:
-        state = self.start(pair, budgets)
-        return bool(unpack(self.completions(pair, 0, self.free, None, None, state.gpus_left,
-                                            state.cost_left, state.cost_slack),
-                           self.layers + 1)[self.layers])
-
-    def completable(self, state: BuildState) -> np.ndarray:
-        """Boolean array over 0..L: whether that many layers left can still be placed
-        (index 0 is always True: nothing left to place)."""
-        behind = state.behind
-        bits = self.completions(state.pair, state.positions_used, state.free, behind,
-                                None if behind is None else state.free[behind],
-                                state.gpus_left, state.cost_left, state.cost_slack)
-        return unpack(bits, self.layers + 1)
-
     # -- segments ----------------------------------------------------------------------
     def segments(self, state: BuildState) -> np.ndarray:
         """(K, O, S, L + 1) bool: whether a segment in domain ``d`` of option ``o``, with
@@ -345,33 +330,18 @@ class PlanRules:
         state.table = out
         return out
 
-    def layer_options(self, state: BuildState, domain: int) -> np.ndarray:
-        """(L + 1,) bool: layer counts admissible for a segment in ``domain``."""
-        return self.segments(state)[domain].any(axis=(0, 1))
-
-    def max_stages(self, state: BuildState) -> int:
-        return self.pairs[state.pair].positions - state.positions_used
-
     def entry_cost(self, state: BuildState, domain: int) -> float:
         """Cost of the boundary a segment in ``domain`` makes with the one behind it."""
         behind = state.behind
         return 0.0 if behind is None else float(self.pairs[state.pair].cost[domain, behind])
 
-    def segment_layers(self, state: BuildState, domain: int, option: int,
-                       stages: int) -> np.ndarray:
-        """(L + 1,) bool: layer counts admissible with this domain, option and split."""
-        table = self.segments(state)
-        if not 1 <= stages <= table.shape[2]:
-            return np.zeros(self.layers + 1, dtype=bool)
-        return table[domain, option, stages - 1]
-
     def admissible(self, state: BuildState, segment: Segment) -> bool:
-        if not (0 <= segment.option < self.pairs[state.pair].num_options
-                and 0 <= segment.domain < len(self.free) and segment.stages >= 1
+        table = self.segments(state)  # [domain, option, stages - 1, layers]
+        if not (0 <= segment.domain < table.shape[0] and 0 <= segment.option < table.shape[1]
+                and 1 <= segment.stages <= table.shape[2]
                 and 1 <= segment.layers <= self.layers):
             return False
-        return bool(self.segment_layers(state, segment.domain, segment.option,
-                                         segment.stages)[segment.layers])
+        return bool(table[segment.domain, segment.option, segment.stages - 1, segment.layers])
 
     def start(self, pair: int, budgets: Budgets = NO_BUDGETS) -> BuildState:
         cost = float("inf") if budgets.cost is None else float(budgets.cost)
@@ -381,8 +351,13 @@ class PlanRules:
                           cost_slack=0.0 if budgets.cost is None else COST_TOLERANCE * cost)
 
     def startable(self, pair: int, budgets: Budgets) -> bool:
-        """Whether a plan of ``pair`` within ``budgets`` can be built (the PAIR mask)."""
-        return self._starts(pair, budgets)
+        """Whether a plan of ``pair`` within ``budgets`` can be built (the PAIR mask): a
+        uniform completion of every layer from an empty state."""
+        state = self.start(pair, budgets)
+        return bool(unpack(self.completions(pair, 0, self.free, None, None, state.gpus_left,
+                                            state.cost_left, state.cost_slack),
+                           self.layers + 1)[self.layers])
+
     def place(self, state: BuildState, segment: Segment) -> BuildState:
         """The state after an admissible segment."""
         tables = self.pairs[state.pair]
@@ -438,22 +413,3 @@ class PlanRules:
             stages += [Stage(segment.domain, n, int(tp), recompute)
                        for n in even_split(segment.layers, segment.stages)]
         return Plan(dp=tables.dp, micro_batch=tables.micro_batch, stages=tuple(stages[::-1]))
-
-
-def even_split_capacity(tables: PairTables, position: int, option: int, stages: int,
-                        finishing: bool) -> int:
-    """Most layers an even split over ``stages`` stages from ``position`` fits; 0: none.
-    Layer count by layer count: the reading of the rule that the closed form of
-    :func:`even_split_most` (:class:`PairLimits`) is tested against."""
-    if position + stages > tables.positions:
-        return 0
-    caps = tables.layer_cap[position:position + stages, option].copy()
-    if finishing:
-        caps[-1] = tables.layer_cap_first[position + stages - 1, option]
-    best = 0
-    for layers in range(stages, tables.layers + 1):  # fitting is monotone in the layer count
-        if all(n <= cap for n, cap in zip(even_split(layers, stages), caps, strict=True)):
-            best = layers
-        else:
-            break
-    return best

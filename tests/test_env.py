@@ -26,7 +26,7 @@ from rl.env import (
     Task,
     budget_bucket,
 )
-from rl.masks import Budgets, PlanRules, even_split, even_split_capacity
+from rl.masks import Budgets, PlanRules, even_split
 from solvers.baselines import baseline_references
 from solvers.front import Front
 
@@ -180,7 +180,8 @@ def test_domain_phase_points_only_at_real_domains_with_room(instance: Instance):
 
 def test_even_split_and_its_capacity_match_enumeration(instance: Instance):
     assert even_split(10, 3) == [4, 3, 3] and even_split(6, 3) == [2, 2, 2]
-    tables = PlanRules(instance).pairs[0]
+    rules = PlanRules(instance)
+    tables, limits = rules.pairs[0], rules.limits(0)
     for position in range(tables.positions):
         for option in range(tables.num_options):
             for stages in range(1, tables.positions - position + 1):
@@ -191,8 +192,8 @@ def test_even_split_and_its_capacity_match_enumeration(instance: Instance):
                     fitting = [n for n in range(stages, tables.layers + 1)
                                if all(a <= c for a, c in zip(even_split(n, stages), caps,
                                                              strict=True))]
-                    assert even_split_capacity(tables, position, option, stages,
-                                               finishing) == max(fitting, default=0)
+                    most = limits.most_first if finishing else limits.most
+                    assert most[position, option, stages] == max(fitting, default=0)
 
 
 def test_build_rejects_an_infeasible_plan(instance: Instance):

@@ -13,7 +13,7 @@ from instances.suites import suite_paths
 from instances.tiny import tiny_instance
 from rl.env import NoPlanWithinBudget, PlanEnv
 from rl.features import CONTEXT, EDGE, NODE, FeatureBlock, FeatureLayout
-from rl.masks import Budgets, BuildState, PlanRules, Segment, even_split_capacity
+from rl.masks import Budgets, BuildState, PlanRules, Segment, even_split
 from rl.tasks import BudgetRange
 
 
@@ -54,6 +54,24 @@ def reference_rest(rules: PlanRules, state: BuildState) -> np.ndarray:
             if top >= n:
                 out[n:top + 1] = True
     return out
+
+
+def even_split_capacity(tables, position: int, option: int, stages: int,
+                        finishing: bool) -> int:
+    """Most layers an even split over ``stages`` stages from ``position`` fits (0: none),
+    layer count by layer count."""
+    if position + stages > tables.positions:
+        return 0
+    caps = tables.layer_cap[position:position + stages, option].copy()
+    if finishing:
+        caps[-1] = tables.layer_cap_first[position + stages - 1, option]
+    best = 0
+    for layers in range(stages, tables.layers + 1):  # fitting is monotone in the layer count
+        if all(n <= cap for n, cap in zip(even_split(layers, stages), caps, strict=True)):
+            best = layers
+        else:
+            break
+    return best
 
 
 def reference_segments(rules: PlanRules, state: BuildState) -> np.ndarray:

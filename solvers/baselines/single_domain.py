@@ -12,9 +12,9 @@ The whole family is computed as arrays (:class:`UniformPlans`): the split of a u
 option over ``c`` stages does not depend on the domain, and a plan's step time depends on
 its domain only through the intra-domain network, so one row per (pair, option, stage
 count, network class) covers every domain, and ``T_base`` for any free-GPU state is a
-masked minimum over the rows (:meth:`UniformPlans.fastest`): a load change costs no
-evaluation. The rows are built for each domain's *total* GPUs, so they hold in every load
-state.
+masked minimum over the rows (:meth:`UniformPlans.fastest`): a load change evaluates at
+most the rows no earlier state needed. The rows are built for each domain's *total* GPUs,
+so they hold in every load state.
 
 If the model fits no single domain, the attempt with the most memory for the model (in the
 largest domain: largest tp, full recompute, as many stages as fit) is returned and
