@@ -79,7 +79,13 @@ _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and p
 def _hippo(instance: Instance, seed: int, normalisation: dict | None,
            options: dict) -> MethodRun:
     from formulation.evaluator import evaluate_plans
-    from rl.decide import DEFAULT_CHECKPOINT, SWEEP_PREFERENCES, Scheduler, sweep_front
+    from rl.decide import (
+        DEFAULT_CHECKPOINT,
+        SWEEP_PREFERENCES,
+        DecisionSettings,
+        Scheduler,
+        sweep_front,
+    )
     from rl.env import NoPlanWithinBudget
     from rl.masks import NO_BUDGETS
 
@@ -88,13 +94,13 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     scheduler = _SCHEDULERS.get(checkpoint)
     if scheduler is None:
         scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
+    settings = DecisionSettings(**{**hippo.get("settings", {}), "seed": seed})
     latencies = []
 
     def decide(weights, budgets):  # one timed decision
         start = time.perf_counter()
         try:
-            return scheduler.plans(instance, weights, hippo.get("samples", 0), seed,
-                                   hippo.get("polish", 0), budgets, hippo.get("starts", False))
+            return scheduler.plans(instance, weights, budgets, settings)
         finally:
             latencies.append(time.perf_counter() - start)
 
@@ -121,8 +127,10 @@ DESCRIPTIONS = {
     "dtfm": "DT-FM-like GA with open-loop TSP order",
     "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
     "hippo": "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets "
-             "at each GPU level) and one plan per suite preference (rl.decide); "
-             "--hippo-samples adds sampled plans, --hippo-polish their local-search optima",
+             "at each GPU level) and one plan per suite preference (rl.decide); each "
+             "decision: the policy's plan and the lower level's (exact DP) for the "
+             "--hippo-pairs pairs it ranks first; --hippo-samples adds sampled plans, "
+             "--hippo-polish their local-search optima",
 }
 METHODS: dict[str, Method] = {
     # The committed exact front, scored like a method so that every table shows what the

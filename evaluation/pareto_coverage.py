@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--population", type=int, default=None, help="NSGA-II population")
     parser.add_argument("--descent", type=int, default=None,
                         help="NSGA-II: plans its final Pareto descent expands")
+    parser.add_argument("--hippo-pairs", type=int, default=None,
+                        help="Hi-PPO: pairs the lower level places per decision (default: "
+                        "rl.decide's)")
     parser.add_argument("--hippo-samples", type=int, default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
     parser.add_argument("--hippo-polish", type=int, default=0,
@@ -126,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check(args: argparse.Namespace) -> list[str]:
     if (args.workers < 1 or args.seeds < 1 or args.repeats < 0 or args.hippo_samples < 0
-            or args.hippo_polish < 0):
-        raise InputError("--workers and --seeds must be >= 1, --repeats, --hippo-samples "
-                         "and --hippo-polish >= 0")
+            or args.hippo_polish < 0 or (args.hippo_pairs is not None and args.hippo_pairs < 0)):
+        raise InputError("--workers and --seeds must be >= 1, --repeats, --hippo-pairs, "
+                         "--hippo-samples and --hippo-polish >= 0")
     if args.checkpoint is not None and not args.checkpoint.is_file():
         raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
     if not 0 <= args.target_gap < 1:
@@ -176,8 +179,11 @@ def evaluate_suite(args: argparse.Namespace) -> int:
 
     nsga2 = {key: value for key in ("generations", "population", "descent")
              if (value := getattr(args, key)) is not None}
-    hippo = {"samples": args.hippo_samples, "polish": args.hippo_polish,
-             "starts": args.hippo_starts,
+    hippo_settings = {"samples": args.hippo_samples, "polish": args.hippo_polish,
+                      "starts": args.hippo_starts}
+    if args.hippo_pairs is not None:
+        hippo_settings["pairs"] = args.hippo_pairs
+    hippo = {"settings": hippo_settings,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,

@@ -1,8 +1,9 @@
 """Hi-PPO decisions: a plan for an instance state, a preference and budgets, explained.
 
     python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
-                        [--step-cap S] [--samples N] [--polish ROUNDS] [--seed S]
-                        [--checkpoint FILE] [--heatmap FILE.png] [--out PLAN.json]
+                        [--step-cap S] [--pairs N] [--samples N] [--polish ROUNDS]
+                        [--starts] [--seed S] [--checkpoint FILE] [--heatmap FILE.png]
+                        [--out PLAN.json]
 
 prints JSON: the plan, its objectives and evaluation (from the evaluator), the decision
 latency, the reward decomposition (R_eff, R_util, R_cost and R) and a rule summary: which
@@ -11,7 +12,10 @@ they keep busy), memory limits and GPU counts drove the chain and the cuts, and 
 sets the period. ``--gpus`` and ``--cost-budget`` are met exactly (the masks); a budget no
 plan meets is one line, "no plan within budget", and exit status 2. ``--step-cap`` is
 soft: the agent was trained to meet it (a Lagrange penalty), and the explanation says
-when the plan misses it. ``--samples N`` also draws N plans from the policy and keeps the
+when the plan misses it. A decision is hierarchical: the policy (upper level) ranks the
+(dp, micro-batch) pairs and builds a plan itself; the lower level (:mod:`rl.lower`) places
+the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP (0: the policy's
+own plan only). ``--samples N`` also draws N plans from the policy and keeps the
 one with the best reward. ``--polish ROUNDS`` also improves each plan by at most that many
 rounds of local search on the reward, within the budgets (:mod:`solvers.local_search`; the
 decision latency includes it). ``--heatmap`` draws the cross-domain traffic (GB per step
@@ -24,6 +28,7 @@ between domains).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -48,6 +53,7 @@ from rl.env import (
     NoPlanWithinBudget,
     PlanEnv,
 )
+from rl.lower import place
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import HiPPOConfig, load_checkpoint, make_policy
@@ -70,6 +76,38 @@ SWEEP_PREFERENCES = ((1.0, 0.0, 0.0),)
 epsilon-constraint problem whose solutions are the front (SPEC 4)."""
 COST_STEP = 0.02  # a cost budget this much below the last plan's cost
 COST_STEPS = 4  # cost budgets tried per GPU level (the last one: 0, a one-domain plan)
+
+
+@dataclass(frozen=True)
+class DecisionSettings:
+    """How a decision searches beyond the upper level's greedy episode (:data:`POLICY_ONLY`:
+    the policy alone, building every stage itself)."""
+
+    pairs: int = 2
+    """The lower level (:mod:`rl.lower`) places the stages of this many (dp, micro-batch)
+    pairs, those the upper level ranks first (README: coverage and latency for 0-4)."""
+    samples: int = 0
+    """Episodes sampled from the policy besides the greedy one."""
+    seed: int = 0
+    """Seed of the sampling."""
+    polish: int = 0
+    """Rounds of local search on each episode's plan (:mod:`solvers.local_search`)."""
+    starts: bool = False
+    """One greedy episode per (dp, micro-batch) pair, as POMO's multiple starts."""
+
+    def __post_init__(self):
+        for name in ("pairs", "samples", "polish"):
+            value = getattr(self, name)
+            if not isinstance(value, int | np.integer) or isinstance(value, bool) \
+                    or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+HIERARCHICAL = DecisionSettings()
+POLICY_ONLY = DecisionSettings(pairs=0)
 
 
 @dataclass
@@ -117,12 +155,13 @@ class Scheduler:
 
     def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
                   samples: int, generator: torch.Generator,
-                  starts: bool = False) -> list[tuple[Plan, float]]:
+                  starts: bool = False) -> tuple[list[tuple[Plan, float]], list[int]]:
         """The greedy episode (with ``starts``, one greedy episode from each (dp,
         micro-batch) pair within the budgets, as POMO's multiple starts) and ``samples``
         sampled ones, run in lockstep: one batched forward pass per step for all the
         episodes still building (a small network costs about the same for one observation
-        as for several)."""
+        as for several). Also the pairs within the budgets (indices), best first by the
+        upper level's PAIR decision: what the lower level (:mod:`rl.lower`) is given."""
         options = {"instance": instance, "weights": weights, "budgets": budgets,
                    "multipliers": self.multipliers}
         first = self.env.reset(options=options)[0]  # raises when no plan is possible
@@ -137,11 +176,20 @@ class Scheduler:
         observations = [first] + [env.reset(options=options)[0] for env in envs[1:]]
         results: list[tuple[Plan, float] | None] = [None] * len(envs)
         active = list(range(len(envs)))
+        ranking: list[int] = []
         while active:
             batch = {key: np.stack([observations[i][key] for i in active])
                      for key in OBS_KEYS}
             with torch.no_grad():
                 logits, _ = self.policy(as_tensors(batch), value=False)
+                if not ranking:  # the first step: every episode is at the same PAIR phase
+                    cache = self.env.cache
+                    order = torch.argsort(logits[0], descending=True, stable=True).tolist()
+                    code_pair = {cache.pair_codes[i]: i
+                                 for i in cache.pairs_within(self.env.budgets)}
+                    ranking = [code_pair[code] for code in order if code in code_pair]
+                    ranking += [i for i in cache.pairs_within(self.env.budgets)
+                                if cache.pair_codes[i] is None]  # beyond the agent's range
                 actions = logits.argmax(dim=-1)
                 sampled = [row for row, i in enumerate(active) if i >= greedy]
                 if sampled:
@@ -159,40 +207,52 @@ class Scheduler:
                 else:
                     still.append(i)
             active = still
-        return results
+        return results, ranking
 
-    def plans(self, instance: Instance, weights, samples: int = 0, seed: int = 0,
-              polish: int = 0, budgets: Budgets = NO_BUDGETS,
-              starts: bool = False) -> list[tuple[Plan, float]]:
-        """The greedy plan (with ``starts``, one per (dp, micro-batch) pair) and
-        ``samples`` sampled ones within ``budgets``, each with its reward, and with
-        ``polish`` > 0 the local optima reached from them by at most that many rounds of
-        local search (within the budgets); none where the instance admits no plan at all.
-        Raises :class:`NoPlanWithinBudget` where plans exist but none within the
-        budgets."""
+    def plans(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
+              settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]]:
+        """The candidate plans of one decision within ``budgets``, each with its value
+        (reward less soft-constraint penalties): the greedy episode's plan (with
+        ``settings.starts``, one per pair) and ``settings.samples`` sampled ones, their
+        local-search optima (``settings.polish``), and the lower level's plans of the
+        ``settings.pairs`` pairs the upper level ranks first. None where the instance
+        admits no plan at all. Raises :class:`NoPlanWithinBudget` where plans exist but
+        none within the budgets."""
         weights = np.asarray(weights, dtype=float)
-        generator = torch.Generator().manual_seed(seed)
+        generator = torch.Generator().manual_seed(settings.seed)
+        polish = settings.polish
         try:  # the first reset raises, before any sampling
-            out = self._episodes(instance, weights, budgets, samples, generator, starts)
+            out, ranking = self._episodes(instance, weights, budgets, settings.samples,
+                                          generator, settings.starts)
         except NoPlanWithinBudget:
             raise
         except NoFeasiblePlan:
             return []
+        env = self.env
         if polish > 0:
-            scale, limits = self.env.cache.scale, self.env.budgets.limits()
+            scale, limits = env.cache.scale, env.budgets.limits()
             out += [local_search(instance, plan, weights, scale, rounds=polish,
                                  limits=limits) for plan, _ in out]
+        hints = {}  # the best episode plan of each pair starts that pair's period search
+        for plan, value in out:
+            key = (plan.dp, plan.micro_batch)
+            if key not in hints or value > hints[key][1]:
+                hints[key] = (plan, value)
+        for index in ranking[:settings.pairs]:
+            tables = env.cache.rules.pairs[index]
+            hint = hints.get((tables.dp, tables.micro_batch), (None,))[0]
+            placed = place(tables, env.budgets, hint=hint)
+            if placed.plan is not None:
+                out.append((placed.plan, env.score(placed.plan)[0]))
         return out
 
-    def decide(self, instance: Instance, weights, samples: int = 0, seed: int = 0,
-               polish: int = 0, budgets: Budgets = NO_BUDGETS,
-               starts: bool = False) -> PlanDecision:
-        """The best-rewarded of the greedy, sampled and polished plans, timed and
+    def decide(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
+               settings: DecisionSettings = HIERARCHICAL) -> PlanDecision:
+        """The best of the decision's candidate plans (:meth:`plans`), timed and
         explained."""
         start = time.perf_counter()
         try:
-            candidates = self.plans(instance, weights, samples, seed, polish, budgets,
-                                    starts)
+            candidates = self.plans(instance, weights, budgets, settings)
         except NoPlanWithinBudget as err:
             raise InputError(str(err)) from None
         if not candidates:
@@ -213,24 +273,22 @@ class Scheduler:
                             explain_budgets(self.env, plan, result)
                             + explain(instance, plan, result))
 
-    def front(self, instance: Instance, preferences=SWEEP_PREFERENCES, samples: int = 0,
-              seed: int = 0, polish: int = 0, cost_steps: int = COST_STEPS,
-              starts: bool = False) -> Front:
+    def front(self, instance: Instance, preferences=SWEEP_PREFERENCES,
+              settings: DecisionSettings = HIERARCHICAL,
+              cost_steps: int = COST_STEPS) -> Front:
         """A front by budget sweeps (:func:`sweep_front`): for each preference, the GPU
         budget steps down below each decision's plan, and at each GPU level up to
         ``cost_steps`` cost budgets below its plan's cost."""
         start = time.perf_counter()
         plans, decisions = sweep_front(
-            lambda w, budgets: self.plans(instance, w, samples, seed, polish, budgets,
-                                          starts),
+            lambda w, budgets: self.plans(instance, w, budgets, settings),
             lambda plan: float(evaluate_plans(instance, [plan]).comm_cost[0]),
             preferences, cost_steps)
         front = Front.from_plans(instance, plans, "heuristic")
         front.provenance = {"command": "rl.decide.Scheduler.front()", "method": "hippo",
                             "versions": {**versions(), "torch": torch.__version__},
-                            "parameters": {"checkpoint": self.checkpoint, "samples": samples,
-                                           "starts": starts,
-                                           "seed": seed, "polish": polish,
+                            "parameters": {"checkpoint": self.checkpoint,
+                                           **settings.to_dict(),
                                            "cost_steps": cost_steps,
                                            "preferences": [list(w) for w in preferences]},
                             "wall_time_s": round(time.perf_counter() - start, 4),
@@ -423,6 +481,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="traffic-cost budget, USD per step")
     parser.add_argument("--step-cap", type=float, default=None,
                         help="step-time cap, seconds (soft: the explanation says if missed)")
+    parser.add_argument("--pairs", type=int, default=HIERARCHICAL.pairs,
+                        help="(dp, micro-batch) pairs the lower level places, the upper "
+                        f"level's best first (default {HIERARCHICAL.pairs}; 0: the policy "
+                        "builds every stage)")
     parser.add_argument("--samples", type=int, default=0)
     parser.add_argument("--starts", action="store_true",
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
@@ -438,8 +500,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
-    if args.samples < 0 or args.polish < 0:
-        raise InputError("--samples and --polish must be >= 0")
+    try:
+        settings = DecisionSettings(pairs=args.pairs, samples=args.samples, seed=args.seed,
+                                    polish=args.polish, starts=args.starts)
+    except ValueError as err:
+        raise InputError(f"--{err}") from None
     try:
         budgets = Budgets(args.gpus, args.cost_budget, args.step_cap)
     except ValueError as err:
@@ -448,8 +513,7 @@ def _decide(args: argparse.Namespace) -> None:
         raise InputError(f"{flag.get(name, 'budgets')}: {str(err).split(' ', 1)[1]}") \
             from None
     instance = Instance.load(args.instance)
-    decision = Scheduler(args.checkpoint).decide(instance, weights, args.samples, args.seed,
-                                                 args.polish, budgets, args.starts)
+    decision = Scheduler(args.checkpoint).decide(instance, weights, budgets, settings)
     if args.out is not None:
         write_json_atomic(args.out, decision.plan.to_dict(instance))
     if args.heatmap is not None:

@@ -344,11 +344,13 @@ class PlanEnv(gym.Env):
             self.phase = DOMAIN
             if self.state.layers_left == 0:
                 plan = rules.plan(self.state)
-                value, info = self._score(plan)
+                value, info = self.score(plan)
                 return self._observation(), value, True, False, info
         return self._observation(), 0.0, False, False, {}
 
-    def _score(self, plan: Plan) -> tuple[float, dict]:
+    def score(self, plan: Plan) -> tuple[float, dict]:
+        """A finished plan's value in this episode (reward less the soft constraints'
+        penalties) and what the episode's last step reports about it."""
         result = evaluate_plans(self.task.instance, [plan])
         objectives = result.objectives
         excess = constraint_excess(self.task.instance, result, self.budgets)

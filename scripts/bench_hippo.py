@@ -1,7 +1,7 @@
 """Hi-PPO decision latencies: cold start, after a bandwidth or load change, warm, a front.
 
     python scripts/bench_hippo.py [--checkpoint FILE] [--domains 20] [--model 70b]
-                                  [--seeds 1 2 3] [--repeats 50] [--seed 0]
+                                  [--seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
 
 On generated instances (the generator's full search space, one per topology and seed):
 
@@ -13,7 +13,8 @@ On generated instances (the generator's full search space, one per topology and 
 - warm: the same state again;
 - a front: ``Scheduler.front`` (the budget sweep), its wall time and decisions.
 
-Decisions draw a random GPU budget half of the time (the sweep's kind of decision).
+Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
+hand the lower level ``--pairs`` pairs (default: ``rl.decide``'s).
 Prints p50 / p99 / max in milliseconds per kind.
 """
 
@@ -26,7 +27,7 @@ import time
 import numpy as np
 
 from instances.generate import generate_instance
-from rl.decide import DEFAULT_CHECKPOINT, Scheduler
+from rl.decide import DEFAULT_CHECKPOINT, HIERARCHICAL, DecisionSettings, Scheduler
 from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.masks import Budgets
 from rl.tasks import BudgetRange, perturb
@@ -48,7 +49,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pairs", type=int, default=HIERARCHICAL.pairs)
     args = parser.parse_args()
+    settings = DecisionSettings(pairs=args.pairs)
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint)
     times: dict[str, list[float]] = {key: [] for key in (
@@ -68,7 +71,7 @@ def main() -> None:
                     rng.integers(limits.least_gpus, limits.free_gpus + 1)))
                 start = time.perf_counter()
                 with contextlib.suppress(NoPlanWithinBudget):
-                    scheduler.plans(state, (1.0, 0.0, 0.0), budgets=budgets)
+                    scheduler.plans(state, (1.0, 0.0, 0.0), budgets, settings)
                 times[kind].append(time.perf_counter() - start)
 
             scheduler.env.caches.clear()
@@ -82,7 +85,7 @@ def main() -> None:
                 moved = np.rint(free * rng.uniform(0.8, 1.2, size=len(free))).astype(int)
                 timed(instance.with_link_state(free_gpus=moved), "load change")
             start = time.perf_counter()
-            front = scheduler.front(instance)
+            front = scheduler.front(instance, settings=settings)
             times["front"].append(time.perf_counter() - start)
             decisions.append(front.provenance["decisions"])
             print(f"{instance.name}: front of {len(front.points)} points, "

@@ -15,7 +15,14 @@ from formulation.plan import Plan, Stage
 from formulation.result import evaluate
 from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
-from rl.decide import DEFAULT_CHECKPOINT, Scheduler, parse_weights, sweep_front
+from rl.decide import (
+    DEFAULT_CHECKPOINT,
+    POLICY_ONLY,
+    DecisionSettings,
+    Scheduler,
+    parse_weights,
+    sweep_front,
+)
 from rl.env import NoPlanWithinBudget
 from rl.masks import Budgets
 from rl.train import HiPPOConfig, train
@@ -61,8 +68,9 @@ def test_save_and_load_give_identical_decisions(checkpoint: Path, instance: Inst
     copy = tmp_path / "copy.pt"
     torch.save(payload, copy)
     for weights in PREFERENCES:
-        a = Scheduler(checkpoint).decide(instance, weights, samples=2, seed=3)
-        b = Scheduler(copy).decide(instance, weights, samples=2, seed=3)
+        settings = DecisionSettings(samples=2, seed=3)  # with the lower level
+        a = Scheduler(checkpoint).decide(instance, weights, settings=settings)
+        b = Scheduler(copy).decide(instance, weights, settings=settings)
         assert a.plan == b.plan
 
 
@@ -70,18 +78,35 @@ def test_polish_only_improves_and_counts_in_the_latency(checkpoint: Path,
                                                          instance: Instance):
     scheduler = Scheduler(checkpoint)
     for weights in [(1, 0, 0), (0.5, 0, 0.5), (0.2, 0.2, 0.6)]:
-        plain = scheduler.decide(instance, weights, samples=1, seed=2)
-        polished = scheduler.decide(instance, weights, samples=1, seed=2, polish=10)
+        plain = scheduler.decide(instance, weights, settings=DecisionSettings(samples=1,
+                                                                             seed=2, pairs=0))
+        polished = scheduler.decide(instance, weights, settings=DecisionSettings(
+            samples=1, seed=2, polish=10, pairs=0))
         assert polished.reward["R"] >= plain.reward["R"] - 1e-12
         assert polished.evaluation.feasible
-    plans = scheduler.plans(instance, (1, 0, 0), samples=2, seed=0, polish=5)
+    settings = DecisionSettings(samples=2, seed=0, polish=5, pairs=0)
+    plans = scheduler.plans(instance, (1, 0, 0), settings=settings)
     assert len(plans) == 6  # three episodes and their three local optima
-    assert [p for p, _ in plans[:3]] == [p for p, _ in scheduler.plans(instance, (1, 0, 0),
-                                                                       samples=2, seed=0)]
+    assert [p for p, _ in plans[:3]] == [p for p, _ in scheduler.plans(
+        instance, (1, 0, 0), settings=dataclasses.replace(settings, polish=0))]
+
+
+def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: Path,
+                                                                    instance: Instance):
+    scheduler = Scheduler(checkpoint)
+    alone = scheduler.plans(instance, (1, 0, 0), settings=POLICY_ONLY)
+    assert len(alone) == 1
+    for pairs in (1, 3):
+        plans = scheduler.plans(instance, (1, 0, 0), settings=DecisionSettings(pairs=pairs))
+        assert plans[0] == alone[0] and 1 < len(plans) <= 1 + pairs
+        assert len({(p.dp, p.micro_batch) for p, _ in plans[1:]}) == len(plans) - 1
+        assert all(evaluate(instance, p).feasible for p, _ in plans)
+    with pytest.raises(ValueError, match="pairs must be an integer >= 0"):
+        DecisionSettings(pairs=-1)
 
 
 def test_front_is_a_budget_sweep(checkpoint: Path, instance: Instance):
-    front = Scheduler(checkpoint).front(instance, samples=1)
+    front = Scheduler(checkpoint).front(instance, settings=DecisionSettings(samples=1))
     assert front.status == "heuristic" and front.points
     assert front.provenance["decisions"] >= 2
     assert all(evaluate(instance, p.plan).feasible for p in front.points)
