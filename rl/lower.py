@@ -27,6 +27,12 @@ last ``PERIOD_PRECISION`` of the period: the plan is within about 1 % of the pai
 not certified. Other preferences than least step time get the same plan; the decision keeps
 whichever of its candidates has the best reward.
 
+Decisions on one instance state share what earlier ones found (:class:`_Memory`, per pair
+and state): a placement made under budgets at least as loose whose plan fits the new ones
+is the answer again (its period is within the precision of the loose least period, hence of
+the tight one); the plans found within the budgets bound the period from above, the floors
+proven from below.
+
 The DP's relaxation (a domain entered again has all its GPUs again, unless tracked) is
 repaired as the engine does: a plan that overuses a domain makes that domain tracked and the
 run is repeated. A plan that breaks the instance's WAN share cap is never returned.
@@ -35,7 +41,8 @@ run is repeated. A plan that breaks the instance's WAN share cap is never return
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 from formulation.plan import Plan
 from rl.masks import COST_TOLERANCE, Budgets
@@ -56,27 +63,56 @@ class Placement:
     runs: int
 
 
+@dataclass
+class _Memory:
+    """What the decisions on one pair and instance state have found."""
+
+    plans: list[Terms] = field(default_factory=list)  # feasible plans (hints, DP runs)
+    # placements: (GPU cap, cost cap, precision, the plan's terms or None)
+    answers: list[tuple[float, float, float, Terms | None]] = field(default_factory=list)
+
+    def answer(self, gpus: float, cost: float, precision: float) -> tuple[bool, Terms | None]:
+        """(known, plan) for caps (gpus, cost): a placement under caps at least as loose
+        whose plan fits these, or one under caps at least as tight that found nothing."""
+        for g, c, p, terms in self.answers:
+            if p > precision:
+                continue
+            if terms is None and g >= gpus and c >= cost:
+                return True, None
+            if terms is not None and g >= gpus and c >= cost \
+                    and terms.values.gpus <= gpus \
+                    and terms.values.comm_cost <= cost * (1 + COST_TOLERANCE):
+                return True, terms
+        return False, None
+
+    def least_period_within(self, gpus: float, cost: float) -> float:
+        return min((t.period for t in self.plans if t.values.gpus <= gpus
+                    and t.values.comm_cost <= cost * (1 + COST_TOLERANCE)), default=math.inf)
+
+
+_MEMORY: weakref.WeakKeyDictionary[PairTables, _Memory] = weakref.WeakKeyDictionary()
+
+
 class _Runs:
     """DP runs on one pair under fixed budgets, repairing the relaxation as they go."""
 
     def __init__(self, tables: PairTables, budgets: Budgets):
         self.chain = chain_of(tables)
-        self.gpu_cap = budgets.gpus
-        self.cost_cap = budgets.cost
+        self.memory = _MEMORY.setdefault(tables, _Memory())
+        self.caps = self.chain.caps(budgets.gpus, budgets.cost)  # with the instance's budget
         self.runs = 0
         self.best: Terms | None = None  # the best plan found within the budgets
 
-    def caps(self):
-        return self.chain.caps(self.gpu_cap, self.cost_cap)
-
-    def within(self, terms: Terms) -> bool:
-        values, caps = terms.values, self.caps()
-        return values.gpus <= caps.gpus \
-            and values.comm_cost <= caps.cost * (1 + COST_TOLERANCE)
-
     def offer(self, terms: Terms) -> None:
-        if self.within(terms) and self.chain.violations(terms) is None and (
-                self.best is None or terms.values.step_time_s < self.best.values.step_time_s):
+        """Keep ``terms`` if it is a plan (no domain overused, the share cap met) within
+        the budgets, and remember any plan."""
+        if self.chain.violations(terms) is not None:
+            return
+        self.memory.plans.append(terms)
+        values = terms.values
+        if values.gpus <= self.caps.gpus \
+                and values.comm_cost <= self.caps.cost * (1 + COST_TOLERANCE) and (
+                self.best is None or values.step_time_s < self.best.values.step_time_s):
             self.best = terms
 
     def at(self, period: float, feasibility: bool, tables_at: float | None) -> Terms | None:
@@ -86,9 +122,12 @@ class _Runs:
         chain = self.chain
         while True:
             self.runs += 1
-            found = chain.run(self.caps(), period, MIN_STEP, feasibility=feasibility,
+            caps = chain.caps(self.caps.gpus, self.caps.cost)  # the domains tracked now
+            found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
                               tables_at=tables_at)
             if found is None:
+                if feasibility:  # a proven floor for caps at least as tight
+                    chain.period_floors.append((caps, period))
                 return None
             over = chain.violations(found)
             if not over:  # feasible, or over the share cap only
@@ -101,33 +140,38 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
           precision: float = PERIOD_PRECISION) -> Placement:
     """The lower level on one pair (module docstring)."""
     runs = _Runs(tables, budgets)
+    memory, caps = runs.memory, runs.caps
+    known, terms = memory.answer(caps.gpus, caps.cost, precision)
+    if known:
+        return _placement(tables, terms, 0)
     choices = None if hint is None else plan_choices(tables, hint)
-    high = math.inf
     if choices is not None:
-        terms = runs.chain.terms(choices)
-        runs.offer(terms)
-        if runs.best is terms:
-            high = terms.period
+        runs.offer(runs.chain.terms(choices))
+    high = memory.least_period_within(caps.gpus, caps.cost)
     try:
         if high == math.inf:
             found = runs.at(OPEN, True, None)
             if found is None:
-                return Placement(None, math.inf, runs.runs)
+                memory.answers.append((caps.gpus, caps.cost, precision, None))
+                return _placement(tables, None, runs.runs)
             high = found.period
         top = high * (1 + 1e-9)  # bound tables made once, at the top of the interval
-        low = runs.chain.known_period_floor(runs.caps())
+        low = runs.chain.known_period_floor(runs.chain.caps(caps.gpus, caps.cost))
         while high - low > precision * high:
             mid = (low + high) / 2
             found = runs.at(mid, True, top)
             if found is None:
                 low = mid
-                runs.chain.period_floors.append((runs.caps(), mid))  # a proven floor
             else:
                 high = min(mid, found.period)
         runs.at(high * (1 + 1e-9), False, top)
     except LabelBudgetExceeded:  # a run too large for a decision: keep what was found
-        pass
-    best = runs.best
-    if best is None:
-        return Placement(None, math.inf, runs.runs)
-    return Placement(choices_plan(tables, best.choices), best.values.step_time_s, runs.runs)
+        return _placement(tables, runs.best, runs.runs)
+    memory.answers.append((caps.gpus, caps.cost, precision, runs.best))
+    return _placement(tables, runs.best, runs.runs)
+
+
+def _placement(tables: PairTables, terms: Terms | None, runs: int) -> Placement:
+    if terms is None:
+        return Placement(None, math.inf, runs)
+    return Placement(choices_plan(tables, terms.choices), terms.values.step_time_s, runs)

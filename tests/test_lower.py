@@ -7,7 +7,7 @@ import pytest
 from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
-from rl.lower import PERIOD_PRECISION, place
+from rl.lower import PERIOD_PRECISION, Placement, place
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.front import Front
 from solvers.tables import all_pair_tables
@@ -34,7 +34,6 @@ def test_given_the_pair_of_an_exact_point_it_is_within_the_period_precision(path
         assert result.objectives[2] <= cost * (1 + COST_TOLERANCE)
         assert result.objectives[0] <= step_time * (1 + PERIOD_PRECISION)
         assert placed.step_time_s == pytest.approx(result.objectives[0], rel=1e-9)
-        assert placed.runs >= 1
 
 
 def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
@@ -47,3 +46,16 @@ def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
     assert placed.step_time_s <= front.points[0].objectives[0] * (1 + 1e-9)
     nothing = place(pair, Budgets(gpus=1))
     assert nothing.plan is None and nothing.step_time_s == float("inf")
+
+
+def test_a_placement_is_reused_where_it_fits_tighter_budgets():
+    instance = Instance.load(QUICK[1])
+    pair = all_pair_tables(instance)[0]
+    first = place(pair, Budgets())
+    assert first.runs >= 1
+    again = place(pair, Budgets())
+    assert again == Placement(first.plan, first.step_time_s, 0)  # no DP run
+    fits = place(pair, Budgets(gpus=first.plan.gpus()))
+    assert fits.plan == first.plan and fits.runs == 0
+    finer = place(pair, Budgets(), precision=0.001)  # a finer request is solved again
+    assert finer.runs >= 1 and finer.step_time_s <= first.step_time_s
