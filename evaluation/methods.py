@@ -87,6 +87,7 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
         sweep_front,
     )
     from rl.env import NoPlanWithinBudget
+    from rl.lower import forget
     from rl.masks import NO_BUDGETS
 
     hippo = options.get("hippo", {})
@@ -95,6 +96,7 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     if scheduler is None:
         scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
     settings = DecisionSettings(**{**hippo.get("settings", {}), "seed": seed})
+    forget()  # every front a cold one: nothing the lower level found for an earlier one
     latencies = []
 
     def decide(weights, budgets):  # one timed decision

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -105,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--hippo-pairs", type=int, default=None,
                         help="Hi-PPO: pairs the lower level places per decision (default: "
                         "rl.decide's)")
+    parser.add_argument("--hippo-lower-time", type=float, default=None,
+                        help="Hi-PPO: seconds the lower level may take per decision "
+                        "(default: rl.decide's)")
     parser.add_argument("--hippo-samples", type=int, default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
     parser.add_argument("--hippo-polish", type=int, default=0,
@@ -183,6 +187,10 @@ def evaluate_suite(args: argparse.Namespace) -> int:
                       "starts": args.hippo_starts}
     if args.hippo_pairs is not None:
         hippo_settings["pairs"] = args.hippo_pairs
+    if args.hippo_lower_time is not None:
+        if not 0 < args.hippo_lower_time < math.inf:
+            raise InputError("--hippo-lower-time must be a number of seconds > 0")
+        hippo_settings["lower_time"] = args.hippo_lower_time
     hippo = {"settings": hippo_settings,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),

@@ -1,9 +1,9 @@
 """Hi-PPO decisions: a plan for an instance state, a preference and budgets, explained.
 
     python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
-                        [--step-cap S] [--pairs N] [--samples N] [--polish ROUNDS]
-                        [--starts] [--seed S] [--checkpoint FILE] [--heatmap FILE.png]
-                        [--out PLAN.json]
+                        [--step-cap S] [--pairs N] [--lower-time S] [--samples N]
+                        [--polish ROUNDS] [--starts] [--seed S] [--checkpoint FILE]
+                        [--heatmap FILE.png] [--out PLAN.json]
 
 prints JSON: the plan, its objectives and evaluation (from the evaluator), the decision
 latency, the reward decomposition (R_eff, R_util, R_cost and R) and a rule summary: which
@@ -14,12 +14,12 @@ plan meets is one line, "no plan within budget", and exit status 2. ``--step-cap
 soft: the agent was trained to meet it (a Lagrange penalty), and the explanation says
 when the plan misses it. A decision is hierarchical: the policy (upper level) ranks the
 (dp, micro-batch) pairs and builds a plan itself; the lower level (:mod:`rl.lower`) places
-the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP (0: the policy's
-own plan only). ``--samples N`` also draws N plans from the policy and keeps the
-one with the best reward. ``--polish ROUNDS`` also improves each plan by at most that many
-rounds of local search on the reward, within the budgets (:mod:`solvers.local_search`; the
-decision latency includes it). ``--heatmap`` draws the cross-domain traffic (GB per step
-between domains).
+the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP within
+``--lower-time`` seconds (0 pairs: the policy's own plan only). ``--samples N`` also draws
+N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
+improves each plan by at most that many rounds of local search on the reward, within the
+budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
+draws the cross-domain traffic (GB per step between domains).
 
 :class:`Scheduler` is the API; :meth:`Scheduler.front` builds a front by budget sweeps
 (:func:`sweep_front`).
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -86,6 +87,10 @@ class DecisionSettings:
     pairs: int = 2
     """The lower level (:mod:`rl.lower`) places the stages of this many (dp, micro-batch)
     pairs, those the upper level ranks first (README: coverage and latency for 0-4)."""
+    lower_time: float | None = 1.0
+    """Seconds the lower level may take in one decision, all its pairs together (None:
+    no limit); past it, a pair keeps the best plan its DP runs found. The seeds' bound on
+    an inter-domain decision is 1 s."""
     samples: int = 0
     """Episodes sampled from the policy besides the greedy one."""
     seed: int = 0
@@ -101,6 +106,10 @@ class DecisionSettings:
             if not isinstance(value, int | np.integer) or isinstance(value, bool) \
                     or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.lower_time is not None and not (isinstance(self.lower_time, int | float)
+                                                and 0 < self.lower_time < math.inf):
+            raise ValueError(f"lower_time must be a number of seconds > 0, got "
+                             f"{self.lower_time!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -238,10 +247,12 @@ class Scheduler:
             key = (plan.dp, plan.micro_batch)
             if key not in hints or value > hints[key][1]:
                 hints[key] = (plan, value)
+        deadline = None if settings.lower_time is None \
+            else time.perf_counter() + settings.lower_time
         for index in ranking[:settings.pairs]:
             tables = env.cache.rules.pairs[index]
             hint = hints.get((tables.dp, tables.micro_batch), (None,))[0]
-            placed = place(tables, env.budgets, hint=hint)
+            placed = place(tables, env.budgets, hint=hint, deadline=deadline)
             if placed.plan is not None:
                 out.append((placed.plan, env.score(placed.plan)[0]))
         return out
@@ -485,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="(dp, micro-batch) pairs the lower level places, the upper "
                         f"level's best first (default {HIERARCHICAL.pairs}; 0: the policy "
                         "builds every stage)")
+    parser.add_argument("--lower-time", type=float, default=HIERARCHICAL.lower_time,
+                        help="seconds the lower level may take (default "
+                        f"{HIERARCHICAL.lower_time})")
     parser.add_argument("--samples", type=int, default=0)
     parser.add_argument("--starts", action="store_true",
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
@@ -501,10 +515,11 @@ def main(argv: list[str] | None = None) -> int:
 def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
     try:
-        settings = DecisionSettings(pairs=args.pairs, samples=args.samples, seed=args.seed,
+        settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time,
+                                    samples=args.samples, seed=args.seed,
                                     polish=args.polish, starts=args.starts)
     except ValueError as err:
-        raise InputError(f"--{err}") from None
+        raise InputError(f"--{str(err).replace('_', '-', 1)}") from None
     try:
         budgets = Budgets(args.gpus, args.cost_budget, args.step_cap)
     except ValueError as err:

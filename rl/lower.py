@@ -33,6 +33,12 @@ is the answer again (its period is within the precision of the loose least perio
 the tight one); the plans found within the budgets bound the period from above, the floors
 proven from below.
 
+A decision may give the lower level a deadline: no DP run starts after it and each run
+stops at the labels of the time left; the placement is then the best plan found so far
+(none, if none), and is not remembered as an answer. The period bisection's runs cost
+about 1-50 ms each on the bench suite's K = 20 instances and up to seconds on the full
+search space's (README), so the deadline is what bounds a decision's latency there.
+
 The DP's relaxation (a domain entered again has all its GPUs again, unless tracked) is
 repaired as the engine does: a plan that overuses a domain makes that domain tracked and the
 run is repeated. A plan that breaks the instance's WAN share cap is never returned.
@@ -41,15 +47,27 @@ run is repeated. A plan that breaks the instance's WAN share cap is never return
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from dataclasses import dataclass, field
 
 from formulation.plan import Plan
 from rl.masks import COST_TOLERANCE, Budgets
-from solvers.chain import OPEN, LabelBudgetExceeded, Terms, chain_of
+from solvers.chain import (
+    LABEL_BUDGET,
+    OPEN,
+    LabelBudgetExceeded,
+    Terms,
+    chain_of,
+    forget_chains,
+)
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
+# A DP run makes about a million labels a second here (measured on the bench suite): a
+# run is given the labels of the time left, so that a deadline also bounds the run.
+LABELS_PER_SECOND = 1_000_000
+LEAST_LABELS = 2_000  # what a run gets however little time is left
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
@@ -93,10 +111,15 @@ class _Memory:
 _MEMORY: weakref.WeakKeyDictionary[PairTables, _Memory] = weakref.WeakKeyDictionary()
 
 
+class _OutOfTime(Exception):
+    """The decision's deadline passed."""
+
+
 class _Runs:
     """DP runs on one pair under fixed budgets, repairing the relaxation as they go."""
 
-    def __init__(self, tables: PairTables, budgets: Budgets):
+    def __init__(self, tables: PairTables, budgets: Budgets, deadline: float | None):
+        self.deadline = deadline
         self.chain = chain_of(tables)
         self.memory = _MEMORY.setdefault(tables, _Memory())
         self.caps = self.chain.caps(budgets.gpus, budgets.cost)  # with the instance's budget
@@ -121,10 +144,16 @@ class _Runs:
         only breaks the WAN share cap is returned, not kept (:meth:`offer`)."""
         chain = self.chain
         while True:
+            labels = LABEL_BUDGET
+            if self.deadline is not None:
+                left = self.deadline - time.perf_counter()
+                if left <= 0:
+                    raise _OutOfTime
+                labels = min(labels, max(LEAST_LABELS, int(left * LABELS_PER_SECOND)))
             self.runs += 1
             caps = chain.caps(self.caps.gpus, self.caps.cost)  # the domains tracked now
             found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
-                              tables_at=tables_at)
+                              tables_at=tables_at, label_budget=labels)
             if found is None:
                 if feasibility:  # a proven floor for caps at least as tight
                     chain.period_floors.append((caps, period))
@@ -136,10 +165,18 @@ class _Runs:
             chain.critical |= set(over)
 
 
+def forget() -> None:
+    """Drop what earlier decisions found, the pairs' chains included: the next decision on
+    any state is made cold (the evaluation scores each front so)."""
+    _MEMORY.clear()
+    forget_chains()
+
+
 def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
-          precision: float = PERIOD_PRECISION) -> Placement:
-    """The lower level on one pair (module docstring)."""
-    runs = _Runs(tables, budgets)
+          precision: float = PERIOD_PRECISION, deadline: float | None = None) -> Placement:
+    """The lower level on one pair (module docstring); ``deadline`` in
+    ``time.perf_counter()`` seconds."""
+    runs = _Runs(tables, budgets, deadline)
     memory, caps = runs.memory, runs.caps
     known, terms = memory.answer(caps.gpus, caps.cost, precision)
     if known:
@@ -165,7 +202,7 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
             else:
                 high = min(mid, found.period)
         runs.at(high * (1 + 1e-9), False, top)
-    except LabelBudgetExceeded:  # a run too large for a decision: keep what was found
+    except (LabelBudgetExceeded, _OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
     memory.answers.append((caps.gpus, caps.cost, precision, runs.best))
     return _placement(tables, runs.best, runs.runs)

@@ -170,10 +170,12 @@ class Chain:
 
     def run(self, caps: Caps, period: float, weights=(1.0, 0.0, 0.0),
             allreduce: float = OPEN, optimizer: float = OPEN, value_cap: float = math.inf,
-            feasibility: bool = False, tables_at: float | None = None) -> Terms | None:
+            feasibility: bool = False, tables_at: float | None = None,
+            label_budget: int = LABEL_BUDGET) -> Terms | None:
         """The plan of least DP value below ``value_cap`` under the caps (with
         ``feasibility``: any plan), or None. Bound tables are made at ``tables_at``
-        (default: the period)."""
+        (default: the period). Raises :class:`LabelBudgetExceeded` past ``label_budget``
+        labels."""
         t = self.tables
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         marks = -np.ones(t.num_domains, dtype=np.int64)
@@ -187,7 +189,7 @@ class Chain:
                        np.asarray(weights, dtype=np.float64), caps.gpus, float(caps.cost),
                        float(min(value_cap, 1e300)), rest, self.units, gpus,
                        self.gpus_left_max, self.cost_left_max, self.carry_floor,
-                       int(self.gpus.min()), marks, len(caps.critical), LABEL_BUDGET,
+                       int(self.gpus.min()), marks, len(caps.critical), int(label_budget),
                        feasibility)
         status, _, labels, parent, option, layers, domain, last, o, n, k = out
         self.runs += 1
@@ -237,6 +239,11 @@ def _largest_within(ok: np.ndarray) -> np.ndarray:
 
 
 _CHAINS: weakref.WeakKeyDictionary[PairTables, Chain] = weakref.WeakKeyDictionary()
+
+
+def forget_chains() -> None:
+    """Drop every pair's chain (what earlier runs established), e.g. to time a cold run."""
+    _CHAINS.clear()
 
 
 def chain_of(tables: PairTables) -> Chain:

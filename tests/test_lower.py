@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
-from rl.lower import PERIOD_PRECISION, Placement, place
+from rl.decide import DecisionSettings
+from rl.lower import PERIOD_PRECISION, Placement, forget, place
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.front import Front
 from solvers.tables import all_pair_tables
@@ -59,3 +62,17 @@ def test_a_placement_is_reused_where_it_fits_tighter_budgets():
     assert fits.plan == first.plan and fits.runs == 0
     finer = place(pair, Budgets(), precision=0.001)  # a finer request is solved again
     assert finer.runs >= 1 and finer.step_time_s <= first.step_time_s
+
+
+def test_a_deadline_stops_the_runs_and_keeps_the_hint():
+    instance = Instance.load(QUICK[2])
+    forget()
+    pair = all_pair_tables(instance)[0]
+    full = place(pair, Budgets())
+    forget()  # cold again: nothing remembered
+    late = place(pair, Budgets(), hint=full.plan, deadline=time.perf_counter() - 1)
+    assert late.runs == 0 and late.plan == full.plan  # no run, the hint kept
+    assert place(pair, Budgets(), deadline=time.perf_counter() - 1).plan is None
+    assert place(pair, Budgets()).runs >= 1  # a stopped placement is not an answer
+    with pytest.raises(ValueError, match="lower_time"):
+        DecisionSettings(lower_time=0)
