@@ -218,6 +218,14 @@ class Scheduler:
             active = still
         return results, ranking
 
+    def ranked_pairs(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS
+                     ) -> list[int]:
+        """The pairs within the budgets (indices into ``self.env.cache.rules.pairs``), best
+        first by the upper level's PAIR decision."""
+        generator = torch.Generator().manual_seed(0)  # unused: no sampled episode
+        return self._episodes(instance, np.asarray(weights, dtype=float), budgets, 0,
+                              generator)[1]
+
     def plans(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
               settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]]:
         """The candidate plans of one decision within ``budgets``, each with its value
