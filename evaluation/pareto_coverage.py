@@ -136,6 +136,8 @@ def _check(args: argparse.Namespace) -> list[str]:
             or args.hippo_polish < 0 or (args.hippo_pairs is not None and args.hippo_pairs < 0)):
         raise InputError("--workers and --seeds must be >= 1, --repeats, --hippo-pairs, "
                          "--hippo-samples and --hippo-polish >= 0")
+    if args.hippo_lower_time is not None and not 0 < args.hippo_lower_time < math.inf:
+        raise InputError("--hippo-lower-time must be a number of seconds > 0")
     if args.checkpoint is not None and not args.checkpoint.is_file():
         raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
     if not 0 <= args.target_gap < 1:
@@ -188,8 +190,6 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     if args.hippo_pairs is not None:
         hippo_settings["pairs"] = args.hippo_pairs
     if args.hippo_lower_time is not None:
-        if not 0 < args.hippo_lower_time < math.inf:
-            raise InputError("--hippo-lower-time must be a number of seconds > 0")
         hippo_settings["lower_time"] = args.hippo_lower_time
     hippo = {"settings": hippo_settings,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}

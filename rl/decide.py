@@ -185,20 +185,14 @@ class Scheduler:
         observations = [first] + [env.reset(options=options)[0] for env in envs[1:]]
         results: list[tuple[Plan, float] | None] = [None] * len(envs)
         active = list(range(len(envs)))
-        ranking: list[int] = []
+        ranking: list[int] | None = None
         while active:
             batch = {key: np.stack([observations[i][key] for i in active])
                      for key in OBS_KEYS}
             with torch.no_grad():
                 logits, _ = self.policy(as_tensors(batch), value=False)
-                if not ranking:  # the first step: every episode is at the same PAIR phase
-                    cache = self.env.cache
-                    order = torch.argsort(logits[0], descending=True, stable=True).tolist()
-                    code_pair = {cache.pair_codes[i]: i
-                                 for i in cache.pairs_within(self.env.budgets)}
-                    ranking = [code_pair[code] for code in order if code in code_pair]
-                    ranking += [i for i in cache.pairs_within(self.env.budgets)
-                                if cache.pair_codes[i] is None]  # beyond the agent's range
+                if ranking is None:  # the first step: every episode at the same PAIR phase
+                    ranking = self._ranking(logits[0])
                 actions = logits.argmax(dim=-1)
                 sampled = [row for row, i in enumerate(active) if i >= greedy]
                 if sampled:
@@ -217,6 +211,16 @@ class Scheduler:
                     still.append(i)
             active = still
         return results, ranking
+
+    def _ranking(self, pair_logits: torch.Tensor) -> list[int]:
+        """The pairs within the budgets, best first by the PAIR phase's logits; pairs
+        beyond the agent's action codes last."""
+        cache = self.env.cache
+        within = cache.pairs_within(self.env.budgets)
+        code_pair = {cache.pair_codes[i]: i for i in within}
+        order = torch.argsort(pair_logits, descending=True, stable=True).tolist()
+        return [code_pair[code] for code in order if code in code_pair] \
+            + [i for i in within if cache.pair_codes[i] is None]
 
     def ranked_pairs(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS
                      ) -> list[int]:

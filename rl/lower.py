@@ -30,8 +30,8 @@ whichever of its candidates has the best reward.
 Decisions on one instance state share what earlier ones found (:class:`_Memory`, per pair
 and state): a placement made under budgets at least as loose whose plan fits the new ones
 is the answer again (its period is within the precision of the loose least period, hence of
-the tight one); the plans found within the budgets bound the period from above, the floors
-proven from below.
+the tight one); the plans found within the budgets (the chain's witnesses) bound the period
+from above, the floors proven from below.
 
 A decision may give the lower level a deadline: no DP run starts after it and each run
 stops at the labels of the time left; the placement is then the best plan found so far
@@ -83,10 +83,10 @@ class Placement:
 
 @dataclass
 class _Memory:
-    """What the decisions on one pair and instance state have found."""
+    """The placements the decisions on one pair and instance state have made (the plans
+    they found are the chain's witnesses, :attr:`solvers.chain.Chain.witnesses`)."""
 
-    plans: list[Terms] = field(default_factory=list)  # feasible plans (hints, DP runs)
-    # placements: (GPU cap, cost cap, precision, the plan's terms or None)
+    # (GPU cap, cost cap, precision, the plan's terms or None)
     answers: list[tuple[float, float, float, Terms | None]] = field(default_factory=list)
 
     def answer(self, gpus: float, cost: float, precision: float) -> tuple[bool, Terms | None]:
@@ -103,10 +103,6 @@ class _Memory:
                 return True, terms
         return False, None
 
-    def least_period_within(self, gpus: float, cost: float) -> float:
-        return min((t.period for t in self.plans if t.values.gpus <= gpus
-                    and t.values.comm_cost <= cost * (1 + COST_TOLERANCE)), default=math.inf)
-
 
 _MEMORY: weakref.WeakKeyDictionary[PairTables, _Memory] = weakref.WeakKeyDictionary()
 
@@ -122,19 +118,31 @@ class _Runs:
         self.deadline = deadline
         self.chain = chain_of(tables)
         self.memory = _MEMORY.setdefault(tables, _Memory())
-        self.caps = self.chain.caps(budgets.gpus, budgets.cost)  # with the instance's budget
+        caps = self.chain.caps(budgets.gpus, budgets.cost)  # with the instance's budget
+        self.gpus, self.cost = caps.gpus, caps.cost
         self.runs = 0
         self.best: Terms | None = None  # the best plan found within the budgets
 
+    def caps(self):
+        """The budgets' caps, with the domains the chain tracks now."""
+        return self.chain.caps(self.gpus, self.cost)
+
+    def fits(self, gpus: float, cost: float) -> bool:
+        return gpus <= self.gpus and cost <= self.cost * (1 + COST_TOLERANCE)
+
+    def least_known_period(self) -> float:
+        """The least period of a plan found so far (by any decision) within the budgets."""
+        return min((p for n, c, p in self.chain.witnesses if self.fits(n, c)),
+                   default=math.inf)
+
     def offer(self, terms: Terms) -> None:
         """Keep ``terms`` if it is a plan (no domain overused, the share cap met) within
-        the budgets, and remember any plan."""
+        the budgets, and remember any plan as a witness."""
         if self.chain.violations(terms) is not None:
             return
-        self.memory.plans.append(terms)
         values = terms.values
-        if values.gpus <= self.caps.gpus \
-                and values.comm_cost <= self.caps.cost * (1 + COST_TOLERANCE) and (
+        self.chain.witnesses.append((values.gpus, values.comm_cost, terms.period))
+        if self.fits(values.gpus, values.comm_cost) and (
                 self.best is None or values.step_time_s < self.best.values.step_time_s):
             self.best = terms
 
@@ -151,7 +159,7 @@ class _Runs:
                     raise _OutOfTime
                 labels = min(labels, max(LEAST_LABELS, int(left * LABELS_PER_SECOND)))
             self.runs += 1
-            caps = chain.caps(self.caps.gpus, self.caps.cost)  # the domains tracked now
+            caps = self.caps()
             found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
                               tables_at=tables_at, label_budget=labels)
             if found is None:
@@ -177,23 +185,23 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
     """The lower level on one pair (module docstring); ``deadline`` in
     ``time.perf_counter()`` seconds."""
     runs = _Runs(tables, budgets, deadline)
-    memory, caps = runs.memory, runs.caps
-    known, terms = memory.answer(caps.gpus, caps.cost, precision)
+    memory = runs.memory
+    known, terms = memory.answer(runs.gpus, runs.cost, precision)
     if known:
         return _placement(tables, terms, 0)
     choices = None if hint is None else plan_choices(tables, hint)
     if choices is not None:
         runs.offer(runs.chain.terms(choices))
-    high = memory.least_period_within(caps.gpus, caps.cost)
+    high = runs.least_known_period()
     try:
         if high == math.inf:
             found = runs.at(OPEN, True, None)
             if found is None:
-                memory.answers.append((caps.gpus, caps.cost, precision, None))
+                memory.answers.append((runs.gpus, runs.cost, precision, None))
                 return _placement(tables, None, runs.runs)
             high = found.period
         top = high * (1 + 1e-9)  # bound tables made once, at the top of the interval
-        low = runs.chain.known_period_floor(runs.chain.caps(caps.gpus, caps.cost))
+        low = runs.chain.known_period_floor(runs.caps())
         while high - low > precision * high:
             mid = (low + high) / 2
             found = runs.at(mid, True, top)
@@ -204,7 +212,7 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
         runs.at(high * (1 + 1e-9), False, top)
     except (LabelBudgetExceeded, _OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
-    memory.answers.append((caps.gpus, caps.cost, precision, runs.best))
+    memory.answers.append((runs.gpus, runs.cost, precision, runs.best))
     return _placement(tables, runs.best, runs.runs)
 
 
