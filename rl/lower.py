@@ -37,7 +37,10 @@ A decision may give the lower level a deadline: no DP run starts after it and ea
 stops at the labels of the time left; the placement is then the best plan found so far
 (none, if none), and is not remembered as an answer. The period bisection's runs cost
 about 1-50 ms each on the bench suite's K = 20 instances and up to seconds on the full
-search space's (README), so the deadline is what bounds a decision's latency there.
+search space's (README), so the deadline is what bounds a decision's latency there. The
+labels of the time left are counted at ``LABELS_PER_SECOND``, measured on the bench suite;
+a full-space label costs up to about 20 times that (measured), so there a run may outlast
+the deadline (README: decisions of 3-4 s at the p99 on the full suite).
 
 The DP's relaxation (a domain entered again has all its GPUs again, unless tracked) is
 repaired as the engine does: a plan that overuses a domain makes that domain tracked and the
