@@ -54,7 +54,7 @@ from rl.env import (
     NoPlanWithinBudget,
     PlanEnv,
 )
-from rl.lower import place
+from rl.lower import PERIOD_PRECISION, beaten, place
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import HiPPOConfig, load_checkpoint, make_policy
@@ -99,6 +99,11 @@ class DecisionSettings:
     """Rounds of local search on each episode's plan (:mod:`solvers.local_search`)."""
     starts: bool = False
     """One greedy episode per (dp, micro-batch) pair, as POMO's multiple starts."""
+    exhaust: bool = True
+    """After the first ``pairs`` pairs, the lower level also places, in the upper level's
+    order while time is left, every further pair that one DP feasibility run cannot prove
+    slower than the best plan found (:func:`rl.lower.beaten`, by more than the period
+    precision)."""
 
     def __post_init__(self):
         for name in ("pairs", "samples", "polish"):
@@ -261,11 +266,19 @@ class Scheduler:
                 hints[key] = (plan, value)
         deadline = None if settings.lower_time is None \
             else time.perf_counter() + settings.lower_time
-        for index in ranking[:settings.pairs]:
+        best = math.inf  # the least step time the lower level found
+        for rank, index in enumerate(ranking if settings.pairs else []):
             tables = env.cache.rules.pairs[index]
+            if rank >= settings.pairs:
+                if not settings.exhaust or (deadline is not None
+                                            and time.perf_counter() >= deadline):
+                    break
+                if beaten(tables, env.budgets, best * (1 - PERIOD_PRECISION), deadline):
+                    continue
             hint = hints.get((tables.dp, tables.micro_batch), (None,))[0]
             placed = place(tables, env.budgets, hint=hint, deadline=deadline)
             if placed.plan is not None:
+                best = min(best, placed.step_time_s)
                 out.append((placed.plan, env.score(placed.plan)[0]))
         return out
 

@@ -219,6 +219,32 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
     return _placement(tables, runs.best, runs.runs)
 
 
+def beaten(tables: PairTables, budgets: Budgets, step_time: float,
+           deadline: float | None = None) -> bool:
+    """Whether no plan of the pair within the budgets has a step time below ``step_time``,
+    proven: every plan's step time is at least ``(m - 1) P + sum c`` with ``sum c`` at
+    least the pair's least compute, so a plan below ``step_time`` needs a period below
+    ``(step_time - sum c) / (m - 1)``, and one feasibility run (or a floor already proven)
+    tells whether there is one. False where it cannot tell in time."""
+    t = tables
+    least_compute = (t.layers * float(t.layer_time.min()) + float(t.first_time.min())
+                     + float(t.last_time.min()))
+    if least_compute >= step_time:
+        return True
+    if t.micro_batches == 1:
+        return False
+    period = (step_time - least_compute) / (t.micro_batches - 1)
+    runs = _Runs(tables, budgets, deadline)
+    if runs.least_known_period() <= period:
+        return False
+    if runs.chain.known_period_floor(runs.caps()) >= period:
+        return True
+    try:
+        return runs.at(period, True, None) is None
+    except (LabelBudgetExceeded, _OutOfTime):
+        return False
+
+
 def _placement(tables: PairTables, terms: Terms | None, runs: int) -> Placement:
     if terms is None:
         return Placement(None, math.inf, runs)

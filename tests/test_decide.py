@@ -24,8 +24,10 @@ from rl.decide import (
     sweep_front,
 )
 from rl.env import NoPlanWithinBudget
+from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import Budgets
 from rl.train import HiPPOConfig, train
+from solvers.tables import all_pair_tables
 
 QUICK = SUITES_DIR / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
 
@@ -97,10 +99,19 @@ def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: 
     alone = scheduler.plans(instance, (1, 0, 0), settings=POLICY_ONLY)
     assert len(alone) == 1
     for pairs in (1, 3):
-        plans = scheduler.plans(instance, (1, 0, 0), settings=DecisionSettings(pairs=pairs))
+        plans = scheduler.plans(instance, (1, 0, 0),
+                                settings=DecisionSettings(pairs=pairs, exhaust=False))
         assert plans[0] == alone[0] and 1 < len(plans) <= 1 + pairs
         assert len({(p.dp, p.micro_batch) for p, _ in plans[1:]}) == len(plans) - 1
         assert all(evaluate(instance, p).feasible for p, _ in plans)
+    # exhaust: the pairs beyond the first are placed unless proven slower, so the best
+    # placed plan is within the period precision of the best placement of every pair
+    forget()
+    plans = scheduler.plans(instance, (1, 0, 0),
+                            settings=DecisionSettings(pairs=1, lower_time=None))
+    best = min(evaluate(instance, p).objectives[0] for p, _ in plans[1:])
+    every = min(place(t, Budgets()).step_time_s for t in all_pair_tables(instance))
+    assert best <= every * (1 + PERIOD_PRECISION)
     with pytest.raises(ValueError, match="pairs must be an integer >= 0"):
         DecisionSettings(pairs=-1)
 

@@ -10,7 +10,7 @@ from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
 from rl.decide import DecisionSettings
-from rl.lower import PERIOD_PRECISION, Placement, forget, place
+from rl.lower import PERIOD_PRECISION, Placement, beaten, forget, place
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.front import Front
 from solvers.tables import all_pair_tables
@@ -37,6 +37,30 @@ def test_given_the_pair_of_an_exact_point_it_is_within_the_period_precision(path
         assert result.objectives[2] <= cost * (1 + COST_TOLERANCE)
         assert result.objectives[0] <= step_time * (1 + PERIOD_PRECISION)
         assert placed.step_time_s == pytest.approx(result.objectives[0], rel=1e-9)
+
+
+@pytest.mark.parametrize("path", QUICK[:4], ids=lambda p: p.stem)
+def test_a_pair_proven_beaten_has_no_faster_plan_and_the_optimum_is_never_beaten(path):
+    """At the budgets of every exact front point: a pair :func:`beaten` rules out below
+    the point's step time places no plan below it (its placement is a real plan within
+    the budgets, hence no faster than the pair's optimum), and the pair of the point is
+    never ruled out just above the point's own step time."""
+    instance = Instance.load(path)
+    front = Front.load(FRONTS_DIR / "quick" / f"{path.stem}.front.json", instance)
+    pairs = all_pair_tables(instance)
+    ruled_out = 0
+    for point in front.points:
+        step_time, gpus, cost = point.objectives
+        budgets = Budgets(gpus=int(gpus), cost=cost)
+        forget()
+        for tables in pairs:
+            own = (tables.dp, tables.micro_batch) == (point.plan.dp, point.plan.micro_batch)
+            if own:
+                assert not beaten(tables, budgets, step_time * (1 + 1e-6))
+            if beaten(tables, budgets, step_time):
+                ruled_out += 1
+                assert place(tables, budgets).step_time_s >= step_time * (1 - 1e-9)
+    assert ruled_out > 0  # the bound does rule pairs out
 
 
 def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
