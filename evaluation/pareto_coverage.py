@@ -109,6 +109,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--hippo-lower-time", type=float, default=None,
                         help="Hi-PPO: seconds the lower level may take per decision "
                         "(default: rl.decide's)")
+    parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="Hi-PPO: the lower level also places every further pair a DP "
+                        "run cannot prove slower (default: rl.decide's, on)")
     parser.add_argument("--hippo-samples", type=int, default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
     parser.add_argument("--hippo-polish", type=int, default=0,
@@ -191,6 +195,8 @@ def evaluate_suite(args: argparse.Namespace) -> int:
         hippo_settings["pairs"] = args.hippo_pairs
     if args.hippo_lower_time is not None:
         hippo_settings["lower_time"] = args.hippo_lower_time
+    if args.hippo_exhaust is not None:
+        hippo_settings["exhaust"] = args.hippo_exhaust
     hippo = {"settings": hippo_settings,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),

@@ -1,7 +1,8 @@
 """Hi-PPO decisions: a plan for an instance state, a preference and budgets, explained.
 
     python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
-                        [--step-cap S] [--pairs N] [--lower-time S] [--samples N]
+                        [--step-cap S] [--pairs N] [--lower-time S] [--no-exhaust]
+                        [--samples N]
                         [--polish ROUNDS] [--starts] [--seed S] [--checkpoint FILE]
                         [--heatmap FILE.png] [--out PLAN.json]
 
@@ -14,8 +15,10 @@ plan meets is one line, "no plan within budget", and exit status 2. ``--step-cap
 soft: the agent was trained to meet it (a Lagrange penalty), and the explanation says
 when the plan misses it. A decision is hierarchical: the policy (upper level) ranks the
 (dp, micro-batch) pairs and builds a plan itself; the lower level (:mod:`rl.lower`) places
-the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP within
-``--lower-time`` seconds (0 pairs: the policy's own plan only). ``--samples N`` also draws
+the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP, then, in the
+ranking's order, of every further pair that one DP run cannot prove slower than the best
+plan so far (``--no-exhaust``: not these), all within ``--lower-time`` seconds (0 pairs:
+the policy's own plan only). ``--samples N`` also draws
 N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
@@ -524,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lower-time", type=float, default=HIERARCHICAL.lower_time,
                         help="seconds the lower level may take (default "
                         f"{HIERARCHICAL.lower_time})")
+    parser.add_argument("--exhaust", action=argparse.BooleanOptionalAction,
+                        default=HIERARCHICAL.exhaust,
+                        help="also place every further pair a DP run cannot prove slower, "
+                        "while time is left (default: on)")
     parser.add_argument("--samples", type=int, default=0)
     parser.add_argument("--starts", action="store_true",
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
@@ -541,7 +548,7 @@ def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
     try:
         settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time,
-                                    samples=args.samples, seed=args.seed,
+                                    exhaust=args.exhaust, samples=args.samples, seed=args.seed,
                                     polish=args.polish, starts=args.starts)
     except ValueError as err:
         raise InputError(f"--{str(err).replace('_', '-', 1)}") from None
