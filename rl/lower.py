@@ -34,13 +34,12 @@ the tight one); the plans found within the budgets (the chain's witnesses) bound
 from above, the floors proven from below.
 
 A decision may give the lower level a deadline: no DP run starts after it and each run
-stops at the labels of the time left; the placement is then the best plan found so far
-(none, if none), and is not remembered as an answer. The period bisection's runs cost
-about 1-50 ms each on the bench suite's K = 20 instances and up to seconds on the full
-search space's (README), so the deadline is what bounds a decision's latency there. The
-labels of the time left are counted at ``LABELS_PER_SECOND``, measured on the bench suite;
-a full-space label costs up to about 20 times that (measured), so there a run may outlast
-the deadline (README: decisions of 3-4 s at the p99 on the full suite).
+stops at the work of the time left (:data:`solvers.chain.WORK_PER_SECOND`: units of the
+DP's work, candidate labels and dominance tests, whose rate varies far less between
+instances than that of labels); the placement is then the best plan found so far (none,
+if none), and is not remembered as an answer. The period bisection's runs cost about
+1-50 ms each on the bench suite's K = 20 instances and up to seconds on the full search
+space's (README), so the deadline is what bounds a decision's latency there.
 
 The DP's relaxation (a domain entered again has all its GPUs again, unless tracked) is
 repaired as the engine does: a plan that overuses a domain makes that domain tracked and the
@@ -57,8 +56,9 @@ from dataclasses import dataclass, field
 from formulation.plan import Plan
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.chain import (
-    LABEL_BUDGET,
     OPEN,
+    UNLIMITED_WORK,
+    WORK_PER_SECOND,
     LabelBudgetExceeded,
     Terms,
     chain_of,
@@ -67,10 +67,7 @@ from solvers.chain import (
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
-# A DP run makes about a million labels a second here (measured on the bench suite): a
-# run is given the labels of the time left, so that a deadline also bounds the run.
-LABELS_PER_SECOND = 1_000_000
-LEAST_LABELS = 2_000  # what a run gets however little time is left
+LEAST_WORK = 10_000  # what a DP run gets however little time is left (about 0.1 ms)
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
@@ -155,16 +152,16 @@ class _Runs:
         only breaks the WAN share cap is returned, not kept (:meth:`offer`)."""
         chain = self.chain
         while True:
-            labels = LABEL_BUDGET
+            work = UNLIMITED_WORK
             if self.deadline is not None:
                 left = self.deadline - time.perf_counter()
                 if left <= 0:
                     raise _OutOfTime
-                labels = min(labels, max(LEAST_LABELS, int(left * LABELS_PER_SECOND)))
+                work = max(LEAST_WORK, int(left * WORK_PER_SECOND))
             self.runs += 1
             caps = self.caps()
             found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
-                              tables_at=tables_at, label_budget=labels)
+                              tables_at=tables_at, work_budget=work)
             if found is None:
                 if feasibility:  # a proven floor for caps at least as tight
                     chain.period_floors.append((caps, period))

@@ -29,11 +29,18 @@ from solvers.tables import PairTables, StageChoice, choice_terms, choices_plan
 
 OPEN = 1e30  # an absent cap
 LABEL_BUDGET = 4_000_000  # labels of one DP run (about 0.5 GB); beyond it the run stops
+UNLIMITED_WORK = 2 ** 62
+# Work units (a candidate label, a label visited by a dominance walk) a DP run does a second
+# on this machine, what a caller with a deadline turns its time left into: the 1st
+# percentile over the runs of 10 ms or more (`python scripts/dp_work_rate.py`: 7.8 M on the
+# bench suite, 8.2 M on the full one; median 17.5 M and 18.3 M, where labels a second differ
+# tenfold between the suites' 1st percentiles), so that a run rarely outlasts its time.
+WORK_PER_SECOND = 8_000_000
 TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
 
 
 class LabelBudgetExceeded(Exception):
-    """A DP run reached ``LABEL_BUDGET`` labels."""
+    """A DP run reached its label or work budget."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +95,7 @@ class Chain:
         self.period_floors: list[tuple[Caps, float]] = []
         # feasible plans found: (GPUs, cost, period), a witness for looser caps
         self.witnesses: list[tuple[int, float, float]] = []
-        self.runs = self.labels = 0  # DP runs and the labels they made
+        self.runs = self.labels = self.work = 0  # DP runs, the labels and work they made
         self._tables: tuple[float, tuple[np.ndarray, np.ndarray]] | None = None
 
     def caps(self, gpu_cap: float | None, cost_cap: float | None) -> Caps:
@@ -171,11 +178,12 @@ class Chain:
     def run(self, caps: Caps, period: float, weights=(1.0, 0.0, 0.0),
             allreduce: float = OPEN, optimizer: float = OPEN, value_cap: float = math.inf,
             feasibility: bool = False, tables_at: float | None = None,
-            label_budget: int = LABEL_BUDGET) -> Terms | None:
+            label_budget: int = LABEL_BUDGET, work_budget: int = UNLIMITED_WORK
+            ) -> Terms | None:
         """The plan of least DP value below ``value_cap`` under the caps (with
         ``feasibility``: any plan), or None. Bound tables are made at ``tables_at``
         (default: the period). Raises :class:`LabelBudgetExceeded` past ``label_budget``
-        labels."""
+        labels or ``work_budget`` units of work (:func:`~solvers.label_kernels.label_dp`)."""
         t = self.tables
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         marks = -np.ones(t.num_domains, dtype=np.int64)
@@ -190,10 +198,11 @@ class Chain:
                        float(min(value_cap, 1e300)), rest, self.units, gpus,
                        self.gpus_left_max, self.cost_left_max, self.carry_floor,
                        int(self.gpus.min()), marks, len(caps.critical), int(label_budget),
-                       feasibility)
-        status, _, labels, parent, option, layers, domain, last, o, n, k = out
+                       int(work_budget), feasibility)
+        status, _, labels, work, parent, option, layers, domain, last, o, n, k = out
         self.runs += 1
         self.labels += int(labels)
+        self.work += int(work)
         if status == LABEL_LIMIT:
             raise LabelBudgetExceeded
         if o < 0:

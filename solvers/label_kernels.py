@@ -19,7 +19,7 @@ import numba as nb
 import numpy as np
 
 INF = 1e300
-LABEL_LIMIT = 1  # label_dp's status when it stopped at its label budget
+LABEL_LIMIT = 1  # label_dp's status when it stopped at its label or work budget
 # The columns of label_dp's label records
 _SEG, _GPUS, _COST, _EXCESS, _VALUE, _NEXT, _ALIVE = 0, 1, 2, 3, 4, 5, 6
 
@@ -105,7 +105,8 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
              gpus, cap, cap_first, free, delay, occupancy, wan_limit, cost, weights, gpu_cap,
              cost_cap,
              value_cap, completion_bound, units, gpus_left_min, gpus_left_max, cost_left_max,
-             carry_floor, smallest_stage, critical, critical_count, label_budget, feasibility):
+             carry_floor, smallest_stage, critical, critical_count, label_budget, work_budget,
+             feasibility):
     """The least ``w_T (sum c + 2 sum delta) + w_N N + w_C C`` over the plans whose 1F1B
     period is at most ``period`` and whose stages fit ``cap`` / ``cap_first`` (per position,
     domain and option: memory, period, all-reduce and optimizer caps folded into layer
@@ -125,6 +126,11 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     segment with no room for another stage), so that such labels compare equal.
     ``feasibility``: ignore the value, return the first complete plan.
 
+    It stops (status ``LABEL_LIMIT``) at ``label_budget`` labels (memory) or past
+    ``work_budget`` units of work: a candidate label and each label a dominance walk visits
+    count one, since the walks are most of the time and a label's cost in time varies
+    twentyfold between instances (``solvers.chain.WORK_PER_SECOND``).
+
     The dominance tests are most of the time (measured on the K = 20 full-space instance:
     a run of 250,000 labels made 2.8 million candidates). Labels are kept in one list per
     (layers, domain, position), newest first, with each list's least and largest fields, so
@@ -134,7 +140,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     of the same source, meet it first; the fields a walk reads lie in one row per label.
     Together, on that run: 1.8 s instead of 3.2 s with one list per (layers, domain).
 
-    Returns (status, best value, labels, parent, option, layers, domain arrays, and the
+    Returns (status, best value, labels, work, parent, option, layers, domain arrays, and the
     best plan's last label and its first stage's option, layers and domain); the best
     plan's option is -1 if none was found below ``value_cap``.
     """
@@ -158,6 +164,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     high = np.full((layers + 1, domains, positions, 5), -INF)
     w_t, w_n, w_c = weights[0], weights[1], weights[2]
     count = 0
+    work = 0
     best = value_cap
     best_parent, best_option, best_layers, best_domain = -1, -1, -1, -1
     previous_start = 0
@@ -220,6 +227,11 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                             m_key = max(m1, carry_floor)
                             n_key = n1 if n1 + gpus_left_max[j, l1] > gpu_cap else 0
                             c_key = c1 if c1 + cost_left_max[j, l1] > cost_cap else 0.0
+                            work += 1
+                            if work > work_budget:
+                                return (LABEL_LIMIT, best, count, work, parent, option,
+                                        count_l, dom, best_parent, best_option, best_layers,
+                                        best_domain)
                             old = 0
                             if ck >= 0:
                                 old = used[ck]
@@ -236,6 +248,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                                     continue
                                 e, before = head[l1, k, jj], -1
                                 while e >= 0:
+                                    work += 1
                                     after = int(rec[e, _NEXT])
                                     if rec[e, _ALIVE] == 0.0:  # unlink it: later walks skip it
                                         e = after
@@ -272,6 +285,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                                         or (not feasibility and most[_VALUE] < v1):
                                     e = -1
                                 while e >= 0:
+                                    work += 1
                                     if g_key <= rec[e, _SEG] and n_key <= rec[e, _GPUS] \
                                             and c_key <= rec[e, _COST] \
                                             and m_key <= rec[e, _EXCESS] \
@@ -286,9 +300,9 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                                     e = int(rec[e, _NEXT])
                                 if count == placed.shape[0]:
                                     if count >= label_budget:
-                                        return (LABEL_LIMIT, best, count, parent, option, count_l,
-                                                dom, best_parent, best_option, best_layers,
-                                                best_domain)
+                                        return (LABEL_LIMIT, best, count, work, parent, option,
+                                                count_l, dom, best_parent, best_option,
+                                                best_layers, best_domain)
                                     grown = 2 * count
                                     placed, dom = _grow(placed, grown), _grow(dom, grown)
                                     parent, option = _grow(parent, grown), _grow(option, grown)
@@ -320,8 +334,9 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                                 best_parent = src if j > 0 else -1
                                 best_option, best_layers, best_domain = o, n, k
                                 if feasibility:
-                                    return (0, best, count, parent, option, count_l, dom,
-                                            best_parent, best_option, best_layers, best_domain)
+                                    return (0, best, count, work, parent, option, count_l,
+                                            dom, best_parent, best_option, best_layers,
+                                            best_domain)
         previous_start = start
-    return (0, best, count, parent, option, count_l, dom, best_parent, best_option, best_layers,
-            best_domain)
+    return (0, best, count, work, parent, option, count_l, dom, best_parent, best_option,
+            best_layers, best_domain)

@@ -100,3 +100,16 @@ def test_a_deadline_stops_the_runs_and_keeps_the_hint():
     assert place(pair, Budgets()).runs >= 1  # a stopped placement is not an answer
     with pytest.raises(ValueError, match="lower_time"):
         DecisionSettings(lower_time=0)
+
+
+def test_a_dp_run_stops_at_its_work_budget_and_counts_its_work():
+    """The deadline reaches into a DP run through its work budget."""
+    from solvers.chain import OPEN, Chain, LabelBudgetExceeded
+
+    instance = Instance.load(QUICK[3])
+    chain = Chain(all_pair_tables(instance)[0])
+    caps = chain.caps(None, None)
+    chain.run(caps, OPEN)
+    assert chain.runs == 1 and chain.work > 100
+    with pytest.raises(LabelBudgetExceeded):
+        chain.run(caps, OPEN, work_budget=chain.work // 2)

@@ -1,0 +1,83 @@
+"""The DP's work rate: units of work a second of a label-DP run (solvers.chain.WORK_PER_SECOND).
+
+    python scripts/dp_work_rate.py [--suites bench full] [--points 2] [--cap 3e8]
+
+Runs the Hi-PPO lower level (rl.lower.place, no time limit, cold per instance) on every
+pair of each suite instance at the budgets of up to ``--points`` points of its committed
+exact front, timing each DP run (solvers.label_kernels.label_dp; a run stops at ``--cap``
+units of work, a few seconds, so that the script ends in minutes). Prints, per suite and
+overall, the runs' work per second (total, and the 1st / 50th percentile of runs of at
+least 10 ms) beside their labels per second: the deadline of a decision is turned into a
+work budget at the rate the slowest runs reach, so that a run ends near its deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import solvers.chain
+from formulation.instance import Instance
+from instances.suites import FRONTS_DIR, SUITES_DIR
+from rl.lower import forget, place
+from rl.masks import COST_TOLERANCE, Budgets
+from solvers.front import Front
+from solvers.tables import all_pair_tables
+
+RUNS: list[tuple[float, int, int]] = []  # (seconds, work, labels) per DP run
+
+
+def _timed(kernel, cap: int):
+    def run(*args):
+        args = list(args)
+        args[-2] = min(args[-2], cap)  # the work budget
+        start = time.perf_counter()
+        out = kernel(*args)
+        RUNS.append((time.perf_counter() - start, int(out[3]), int(out[2])))
+        return out
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", nargs="+", default=["bench", "full"])
+    parser.add_argument("--points", type=int, default=2)
+    parser.add_argument("--cap", type=float, default=3e8)
+    args = parser.parse_args()
+    solvers.chain.label_dp = _timed(solvers.chain.label_dp, int(args.cap))
+    rows = {}
+    for suite in args.suites:
+        first = len(RUNS)
+        for path in sorted((SUITES_DIR / suite).glob("*.json")):
+            if path.name == "manifest.json":
+                continue
+            instance = Instance.load(path)
+            front = Front.load(FRONTS_DIR / suite / f"{path.stem}.front.json", instance)
+            forget()
+            pairs = all_pair_tables(instance)
+            step = max(1, len(front.points) // args.points)
+            for point in front.points[::step][:args.points]:
+                _, gpus, cost = point.objectives
+                budgets = Budgets(gpus=int(gpus), cost=cost * (1 + COST_TOLERANCE))
+                for tables in pairs:
+                    place(tables, budgets)
+            print(f"{suite}/{path.stem}: {len(RUNS) - first} runs", flush=True)
+        rows[suite] = RUNS[first:]
+    rows["all"] = RUNS
+    for name, runs in rows.items():
+        seconds, work, labels = np.array(runs, dtype=float).T
+        long = seconds >= 0.01
+        rate = work[long] / seconds[long]
+        print(f"{name:6s} {len(runs):6d} runs, {seconds.sum():7.1f} s: "
+              f"{work.sum() / seconds.sum() / 1e6:6.1f} M work/s, "
+              f"{labels.sum() / seconds.sum() / 1e6:5.2f} M labels/s; runs >= 10 ms "
+              f"({long.sum()}): work/s p1 {np.percentile(rate, 1) / 1e6:.1f} M, "
+              f"p50 {np.percentile(rate, 50) / 1e6:.1f} M; labels/s p1 "
+              f"{np.percentile(labels[long] / seconds[long], 1) / 1e6:.2f} M, p50 "
+              f"{np.percentile(labels[long] / seconds[long], 50) / 1e6:.2f} M")
+
+
+if __name__ == "__main__":
+    main()
