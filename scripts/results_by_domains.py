@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,13 @@ def main() -> None:
     parser.add_argument("--method", action="append", default=None,
                         help="only this method (repeatable; default: every one but exact)")
     args = parser.parse_args()
-    records = json.loads((args.results / "records.json").read_text())["records"]
+    path = args.results / "records.json"
+    try:
+        records = json.loads(path.read_text())["records"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"error: {path}: not an evaluation's records ({type(err).__name__})",
+              file=sys.stderr)
+        sys.exit(2)
     methods = args.method or sorted({r["method"] for r in records} - {"exact"})
     for method in methods:
         for name, least, most in GROUPS:
