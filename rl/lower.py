@@ -27,6 +27,11 @@ last ``PERIOD_PRECISION`` of the period: the plan is within about 1 % of the pai
 not certified. Other preferences than least step time get the same plan; the decision keeps
 whichever of its candidates has the best reward.
 
+Beyond the pairs ranked first, :func:`beaten` tells a decision which further pairs need no
+placement: a plan's step time is at least ``(m - 1) P + sum c``, so a pair can beat a step
+time ``T`` only with a period below ``(T - least sum c) / (m - 1)``, which one feasibility
+run (or a floor already proven) settles.
+
 Decisions on one instance state share what earlier ones found (:class:`_Memory`, per pair
 and state): a placement made under budgets at least as loose whose plan fits the new ones
 is the answer again (its period is within the precision of the loose least period, hence of

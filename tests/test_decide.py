@@ -207,6 +207,11 @@ def test_cli_prints_the_decision_and_draws_the_heat_map(checkpoint: Path, tmp_pa
     assert set(document) >= {"plan", "objectives", "latency_s", "reward", "explanation"}
     assert heat.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(plan.read_text()) == document["plan"]
+    alone = run_module("rl.decide", QUICK, "--weights", "1,0,0", "--checkpoint", checkpoint,
+                       "--pairs", "1", "--no-exhaust", "--lower-time", "0.5")
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["objectives"][0] \
+        >= document["objectives"][0] * (1 - 1e-9)  # the exhaust is no slower
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -214,6 +219,8 @@ def test_cli_prints_the_decision_and_draws_the_heat_map(checkpoint: Path, tmp_pa
     (["--weights", "-1,1,1"], "--weights"),
     (["--weights", "1,0,0", "--checkpoint", "missing.pt"], "no such file"),
     (["--weights", "1,0,0", "--polish", "-1"], "--polish"),
+    (["--weights", "1,0,0", "--lower-time", "0"], "--lower-time"),
+    (["--weights", "1,0,0", "--pairs", "-2"], "--pairs"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path):
     out = tmp_path / "plan.json"
