@@ -131,7 +131,8 @@ DESCRIPTIONS = {
     "hippo": "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets "
              "at each GPU level) and one plan per suite preference (rl.decide); each "
              "decision: the policy's plan and the lower level's (exact DP) for the "
-             "--hippo-pairs pairs it ranks first; --hippo-samples adds sampled plans, "
+             "--hippo-pairs pairs it ranks first, then, in its order within --hippo-lower-time, "
+             "every pair a DP run cannot prove slower; --hippo-samples adds sampled plans, "
              "--hippo-polish their local-search optima",
 }
 METHODS: dict[str, Method] = {
