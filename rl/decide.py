@@ -57,7 +57,7 @@ from rl.env import (
     NoPlanWithinBudget,
     PlanEnv,
 )
-from rl.lower import PERIOD_PRECISION, beaten, place
+from rl.lower import search
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import HiPPOConfig, load_checkpoint, make_policy
@@ -269,19 +269,10 @@ class Scheduler:
                 hints[key] = (plan, value)
         deadline = None if settings.lower_time is None \
             else time.perf_counter() + settings.lower_time
-        best = math.inf  # the least step time the lower level found
-        for rank, index in enumerate(ranking if settings.pairs else []):
-            tables = env.cache.rules.pairs[index]
-            if rank >= settings.pairs:
-                if not settings.exhaust or (deadline is not None
-                                            and time.perf_counter() >= deadline):
-                    break
-                if beaten(tables, env.budgets, best * (1 - PERIOD_PRECISION), deadline):
-                    continue
-            hint = hints.get((tables.dp, tables.micro_batch), (None,))[0]
-            placed = place(tables, env.budgets, hint=hint, deadline=deadline)
+        ranked = [env.cache.rules.pairs[index] for index in ranking] if settings.pairs else []
+        for placed in search(ranked, env.budgets, settings.pairs, settings.exhaust,
+                             {key: plan for key, (plan, _) in hints.items()}, deadline):
             if placed.plan is not None:
-                best = min(best, placed.step_time_s)
                 out.append((placed.plan, env.score(placed.plan)[0]))
         return out
 

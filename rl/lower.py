@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from formulation.plan import Plan
@@ -245,6 +246,28 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
         return runs.at(period, True, None) is None
     except (LabelBudgetExceeded, _OutOfTime):
         return False
+
+
+def search(ranked: Sequence[PairTables], budgets: Budgets, first: int, exhaust: bool = True,
+           hints: Mapping[tuple[int, int], Plan] | None = None,
+           deadline: float | None = None) -> list[Placement]:
+    """The lower level over the pairs in the upper level's order (``ranked``): it places
+    the ``first`` ones; then, with ``exhaust``, each further one that :func:`beaten` cannot
+    prove slower than the best plan placed so far by more than the period precision, until
+    the deadline. ``hints``: a plan per (dp, micro-batch), to start that pair's search."""
+    placements: list[Placement] = []
+    best = math.inf  # the least step time placed so far
+    for rank, tables in enumerate(ranked):
+        if rank >= first:
+            if not exhaust or (deadline is not None and time.perf_counter() >= deadline):
+                break
+            if beaten(tables, budgets, best * (1 - PERIOD_PRECISION), deadline):
+                continue
+        hint = None if hints is None else hints.get((tables.dp, tables.micro_batch))
+        placed = place(tables, budgets, hint=hint, deadline=deadline)
+        placements.append(placed)
+        best = min(best, placed.step_time_s)
+    return placements
 
 
 def _placement(tables: PairTables, terms: Terms | None, runs: int) -> Placement:
