@@ -87,9 +87,10 @@ class DecisionSettings:
     """How a decision searches beyond the upper level's greedy episode (:data:`POLICY_ONLY`:
     the policy alone, building every stage itself)."""
 
-    pairs: int = 2
+    pairs: int = 1
     """The lower level (:mod:`rl.lower`) places the stages of this many (dp, micro-batch)
-    pairs, those the upper level ranks first (README: coverage and latency for 0-4)."""
+    pairs, those the upper level ranks first, whatever the bound says (README: 1 and 2
+    give the same coverage with the exhaust, 1 the shorter fronts)."""
     lower_time: float | None = 1.0
     """Seconds the lower level may take in one decision, all its pairs together (None:
     no limit); past it, a pair keeps the best plan its DP runs found. The seeds' bound on
