@@ -34,7 +34,8 @@ UNLIMITED_WORK = 2 ** 62
 # on this machine, what a caller with a deadline turns its time left into: the 1st
 # percentile over the runs of 10 ms or more (`python scripts/dp_work_rate.py`: 7.8 M on the
 # bench suite, 8.2 M on the full one; median 17.5 M and 18.3 M, where labels a second differ
-# tenfold between the suites' 1st percentiles), so that a run rarely outlasts its time.
+# threefold between the suites' 1st percentiles, 0.20 M and 0.06 M), so that a run rarely
+# outlasts its time.
 WORK_PER_SECOND = 8_000_000
 TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
 

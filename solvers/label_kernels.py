@@ -128,8 +128,8 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
 
     It stops (status ``LABEL_LIMIT``) at ``label_budget`` labels (memory) or past
     ``work_budget`` units of work: a candidate label and each label a dominance walk visits
-    count one, since the walks are most of the time and a label's cost in time varies
-    twentyfold between instances (``solvers.chain.WORK_PER_SECOND``).
+    count one, since the walks are most of the time and a label's cost in time varies far
+    more between instances than a unit of work's (``solvers.chain.WORK_PER_SECOND``).
 
     The dominance tests are most of the time (measured on the K = 20 full-space instance:
     a run of 250,000 labels made 2.8 million candidates). Labels are kept in one list per
