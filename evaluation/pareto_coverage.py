@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
                         default=None,
                         help="Hi-PPO: the lower level also places every further pair a DP "
                         "run cannot prove slower (default: rl.decide's, on)")
+    parser.add_argument("--hippo-policy-plan", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="Hi-PPO: the upper level also builds its own plan where the "
+                        "lower level places pairs (default: rl.decide's, off)")
     parser.add_argument("--hippo-samples", type=int, default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
     parser.add_argument("--hippo-polish", type=int, default=0,
@@ -197,6 +201,8 @@ def evaluate_suite(args: argparse.Namespace) -> int:
         hippo_settings["lower_time"] = args.hippo_lower_time
     if args.hippo_exhaust is not None:
         hippo_settings["exhaust"] = args.hippo_exhaust
+    if args.hippo_policy_plan is not None:
+        hippo_settings["policy_plan"] = args.hippo_policy_plan
     hippo = {"settings": hippo_settings,
              "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),

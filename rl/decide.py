@@ -2,7 +2,7 @@
 
     python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
                         [--step-cap S] [--pairs N] [--lower-time S] [--no-exhaust]
-                        [--samples N]
+                        [--policy-plan] [--samples N]
                         [--polish ROUNDS] [--starts] [--seed S] [--checkpoint FILE]
                         [--heatmap FILE.png] [--out PLAN.json]
 
@@ -18,7 +18,8 @@ when the plan misses it. A decision is hierarchical: the policy (upper level) ra
 the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP, then, in the
 ranking's order, of every further pair that one DP run cannot prove slower than the best
 plan so far (``--no-exhaust``: not these), all within ``--lower-time`` seconds (0 pairs:
-the policy's own plan only). ``--samples N`` also draws
+the policy's own plan only). The policy builds its own plan too with ``--policy-plan``, and
+always where the lower level finds none. ``--samples N`` also draws
 N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
@@ -108,6 +109,12 @@ class DecisionSettings:
     order while time is left, every further pair that one DP feasibility run cannot prove
     slower than the best plan found (:func:`rl.lower.beaten`, by more than the period
     precision)."""
+    policy_plan: bool = False
+    """Whether the upper level also builds a plan of its own (the greedy episode, one
+    forward pass per segment: about 30 ms at K = 20) where the lower level places pairs.
+    Off, the upper level only ranks the pairs (one forward pass) and builds its plan only
+    where the lower level finds none; always on with ``pairs`` 0, ``samples``, ``starts``
+    or ``polish``."""
 
     def __post_init__(self):
         for name in ("pairs", "samples", "polish"):
@@ -234,10 +241,13 @@ class Scheduler:
     def ranked_pairs(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS
                      ) -> list[int]:
         """The pairs within the budgets (indices into ``self.env.cache.rules.pairs``), best
-        first by the upper level's PAIR decision."""
-        generator = torch.Generator().manual_seed(0)  # unused: no sampled episode
-        return self._episodes(instance, np.asarray(weights, dtype=float), budgets, 0,
-                              generator)[1]
+        first by the upper level's PAIR decision: one forward pass, no episode."""
+        options = {"instance": instance, "weights": np.asarray(weights, dtype=float),
+                   "budgets": budgets, "multipliers": self.multipliers}
+        first = self.env.reset(options=options)[0]  # raises when no plan is possible
+        with torch.no_grad():
+            logits, _ = self.policy(as_tensors(first), value=False)  # a batch of one
+        return self._ranking(logits[0])
 
     def plans(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
               settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]]:
@@ -251,9 +261,14 @@ class Scheduler:
         weights = np.asarray(weights, dtype=float)
         generator = torch.Generator().manual_seed(settings.seed)
         polish = settings.polish
+        episodes = settings.pairs == 0 or settings.policy_plan or settings.samples > 0 \
+            or settings.starts or polish > 0
         try:  # the first reset raises, before any sampling
-            out, ranking = self._episodes(instance, weights, budgets, settings.samples,
-                                          generator, settings.starts)
+            if episodes:
+                out, ranking = self._episodes(instance, weights, budgets, settings.samples,
+                                              generator, settings.starts)
+            else:
+                out, ranking = [], self.ranked_pairs(instance, weights, budgets)
         except NoPlanWithinBudget:
             raise
         except NoFeasiblePlan:
@@ -270,11 +285,15 @@ class Scheduler:
                 hints[key] = (plan, value)
         deadline = None if settings.lower_time is None \
             else time.perf_counter() + settings.lower_time
-        ranked = [env.cache.rules.pairs[index] for index in ranking] if settings.pairs else []
+        # in the current link state, made as the search reaches them
+        ranked = (env.cache.tables_at(instance, index) for index in ranking) \
+            if settings.pairs else ()
         for placed in search(ranked, env.budgets, settings.pairs, settings.exhaust,
                              {key: plan for key, (plan, _) in hints.items()}, deadline):
             if placed.plan is not None:
                 out.append((placed.plan, env.score(placed.plan)[0]))
+        if not out:  # the lower level found nothing in time: the upper level's own plan
+            out = self._episodes(instance, weights, budgets, 0, generator)[0]
         return out
 
     def decide(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
@@ -523,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
                         default=HIERARCHICAL.exhaust,
                         help="also place every further pair a DP run cannot prove slower, "
                         "while time is left (default: on)")
+    parser.add_argument("--policy-plan", action=argparse.BooleanOptionalAction,
+                        default=HIERARCHICAL.policy_plan,
+                        help="the upper level also builds its own plan where the lower "
+                        "level places pairs (default: off; its plan only where the lower "
+                        "level finds none)")
     parser.add_argument("--samples", type=int, default=0)
     parser.add_argument("--starts", action="store_true",
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
@@ -540,7 +564,8 @@ def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
     try:
         settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time,
-                                    exhaust=args.exhaust, samples=args.samples, seed=args.seed,
+                                    exhaust=args.exhaust, policy_plan=args.policy_plan,
+                                    samples=args.samples, seed=args.seed,
                                     polish=args.polish, starts=args.starts)
     except ValueError as err:
         raise InputError(f"--{str(err).replace('_', '-', 1)}") from None

@@ -59,7 +59,13 @@ from rl.features import CONTEXT, EDGE, NODE
 from rl.masks import NO_BUDGETS, Budgets, BuildState, PlanRules, Segment
 from solvers.baselines import baseline_references
 from solvers.baselines.single_domain import UniformPlans, uniform_plans
-from solvers.tables import PairTables, all_pair_tables, full_capacity, with_free_gpus
+from solvers.tables import (
+    PairTables,
+    all_pair_tables,
+    full_capacity,
+    with_free_gpus,
+    with_links,
+)
 
 PAIR, DOMAIN, LAYERS, OPTION, SPLIT = range(5)
 PHASES = ("pair", "domain", "layers", "option", "split")
@@ -70,6 +76,7 @@ SOFT_CONSTRAINTS = ("wan_cap", "step_time")
 STEP_CAP_EDGES = (0.5, 1.0, 2.0)  # buckets of a step-time cap over T_base
 BUCKETS = len(STEP_CAP_EDGES) + 2  # bucket 0: no cap
 INVALID_LIMIT = 16
+LINK_STATES = 8  # WAN link states whose pair tables an InstanceCache keeps (tables_at)
 REDRAWS = 8  # draws of a generated task before its budgets are dropped
 MULTIPLIER_CAP = 5.0  # a penalty of 5 x the relative excess outweighs any reward
 FEATURE_BOUND = 1e3  # features are scaled to O(1); the bound only keeps the space finite
@@ -183,6 +190,28 @@ class InstanceCache:
                               dtype=np.float32)
         self.smallest = [int(t.gpus.min()) for t in self.rules.pairs]
         self._pairs: dict[Budgets, list[int]] = {}
+        # the pairs' tables per WAN link state, made on use (:meth:`tables_at`)
+        self._links: dict[bytes, dict[int, PairTables]] = {}
+
+    def tables_at(self, instance: Instance, pair: int) -> PairTables:
+        """The tables of offered pair ``pair`` in ``instance``'s WAN link state. The rules'
+        tables keep the delays of the state the statics were made in (the masks need no
+        others), but the lower level's DP places stages by the current ones. One object per
+        pair and link state, for the ``LINK_STATES`` latest states: what the lower level
+        learns about a pair is kept per table object."""
+        key = links_key(instance)
+        if self.rules.pairs and key == links_key(self.rules.pairs[0].instance):
+            return self.rules.pairs[pair]  # the state the rules' tables were made in
+        tables = self._links.pop(key, None)
+        if tables is None:
+            tables = {}
+            while len(self._links) >= LINK_STATES:
+                self._links.pop(next(iter(self._links)))  # the least recently used
+        self._links[key] = tables
+        out = tables.get(pair)
+        if out is None:
+            out = tables[pair] = with_links(self.rules.pairs[pair], instance)
+        return out
 
     def pairs_within(self, budgets: Budgets) -> list[int]:
         """The offered pairs (indices) whose plans can meet ``budgets``."""
@@ -197,6 +226,13 @@ class InstanceCache:
     @staticmethod
     def key(instance: Instance) -> tuple:
         return (*InstanceStatics.key(instance), tuple(d.free_gpus for d in instance.domains))
+
+
+def links_key(instance: Instance) -> bytes:
+    """The WAN links' state of ``instance`` (bandwidth, latency, prices) as a key."""
+    links = instance.links
+    return b"".join(a.tobytes() for a in (links.bandwidth_gbps, links.latency_ms,
+                                          links.price_per_gb))
 
 
 def effective_budgets(instance: Instance, budgets: Budgets) -> Budgets:

@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from formulation.plan import Plan
@@ -248,7 +248,7 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
         return False
 
 
-def search(ranked: Sequence[PairTables], budgets: Budgets, first: int, exhaust: bool = True,
+def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: bool = True,
            hints: Mapping[tuple[int, int], Plan] | None = None,
            deadline: float | None = None) -> list[Placement]:
     """The lower level over the pairs in the upper level's order (``ranked``): it places

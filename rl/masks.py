@@ -35,6 +35,7 @@ environment's soft constraint (a Lagrange penalty), never a mask.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import groupby
 
 import numpy as np
@@ -130,27 +131,44 @@ class PairLimits:
     option ``o`` and stage count ``n`` (index ``n``; index 0 and positions past the last
     are 0 / empty):
 
-    * ``most[p, o, n]``, ``most_first[p, o, n]``: the most layers an even split over ``n``
-      stages from ``p`` fits (0: none), the second with the embedding on its front stage;
     * ``reach[p, o, n]``: the layer counts some ``n' <= n`` stages of option ``o`` from
       ``p`` can hold, the front one with the embedding (a uniform completion), as
-      bitsets over 0..L (``WORD``-bit words)."""
+      bitsets over 0..L (``WORD``-bit words);
+    * ``most[p, o, n]``, ``most_first[p, o, n]``: the most layers an even split over ``n``
+      stages from ``p`` fits (0: none), the second with the embedding on its front stage.
 
-    most: np.ndarray  # (S + 1, O, S + 1) int
-    most_first: np.ndarray
+    ``most`` and ``most_first`` are made on first use: the PAIR mask (which pairs can
+    start) needs ``reach`` only, and a cold start makes every pair's limits."""
+
     reach: np.ndarray  # (S + 1, O, S + 1, W) uint64
+    layer_cap: np.ndarray  # the pair's memory caps (PairTables), what ``most`` is made of
+    layer_cap_first: np.ndarray
+    layers: int
+
+    @cached_property
+    def _most(self) -> tuple[np.ndarray, np.ndarray]:
+        (S, O), L = self.layer_cap.shape, self.layers
+        most = np.zeros((S + 1, O, S + 1), np.int64)
+        most_first = np.zeros_like(most)
+        for n in range(1, min(S, L) + 1):  # every window of n positions at once
+            caps = np.lib.stride_tricks.sliding_window_view(self.layer_cap, n, axis=0)
+            most[:S - n + 1, :, n] = even_split_most(caps, L)  # caps: (p, O, n)
+            caps = caps.copy()
+            caps[..., -1] = self.layer_cap_first[n - 1:]
+            most_first[:S - n + 1, :, n] = even_split_most(caps, L)
+        return most, most_first
+
+    @property
+    def most(self) -> np.ndarray:  # (S + 1, O, S + 1) int
+        return self._most[0]
+
+    @property
+    def most_first(self) -> np.ndarray:
+        return self._most[1]
 
     @staticmethod
     def of(tables: PairTables) -> PairLimits:
         S, O, L = tables.positions, tables.num_options, tables.layers
-        most = np.zeros((S + 1, O, S + 1), np.int64)
-        most_first = np.zeros_like(most)
-        for n in range(1, min(S, L) + 1):  # every window of n positions at once
-            caps = np.lib.stride_tricks.sliding_window_view(tables.layer_cap, n, axis=0)
-            most[:S - n + 1, :, n] = even_split_most(caps, L)  # caps: (p, O, n)
-            caps = caps.copy()
-            caps[..., -1] = tables.layer_cap_first[n - 1:]
-            most_first[:S - n + 1, :, n] = even_split_most(caps, L)
         # a uniform completion of n stages from p holds [n, top] layers where every stage
         # but the front one holds one and the front one, with the embedding, one too
         p, n = np.meshgrid(np.arange(S), np.arange(1, S + 1), indexing="ij")
@@ -170,7 +188,7 @@ class PairLimits:
         reach = np.zeros((S + 1, O, S + 1, L + 1), dtype=bool)
         reach[:S, :, 1:] = np.logical_or.accumulate(span, axis=1).transpose(0, 2, 1, 3)
         reach[..., 0] = True
-        return PairLimits(most, most_first, pack(reach))
+        return PairLimits(pack(reach), tables.layer_cap, tables.layer_cap_first, L)
 
 
 WORD = 64

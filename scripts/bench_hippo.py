@@ -2,20 +2,26 @@
 
     python scripts/bench_hippo.py [--checkpoint FILE] [--domains 20] [--model 70b]
                                   [--seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
+                                  [--lower-time S]
 
 On generated instances (the generator's full search space, one per topology and seed):
 
 - cold start: what the agent builds for an instance state it has not seen (the pairs'
   tables, the single-domain plans, the reward bases, the masks' rules), alone;
 - cold decision: the first decision on that state (cold start included);
-- after a bandwidth change: every WAN link's bandwidth scaled within +-30 %;
+- after a bandwidth change: every WAN link's bandwidth scaled within +-30 % (the lower
+  level places the stages by the new delays: its DP runs start cold);
 - after a load change: every domain's free GPUs moved within +-20 %;
-- warm: the same state again;
+- warm, same request: a decision the state has answered before (the same preference and
+  budgets);
+- warm, new budget: the same state, a random GPU budget (mostly one not asked before);
 - a front: ``Scheduler.front`` (the budget sweep), its wall time and decisions.
 
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
-hand the lower level ``--pairs`` pairs (default: ``rl.decide``'s).
-Prints p50 / p99 / max in milliseconds per kind.
+hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
+``rl.decide``'s). One instance of another seed is decided first, untimed, as a running
+scheduler would have (imports, first calls). Prints p50 / p99 / max in milliseconds per
+kind.
 """
 
 from __future__ import annotations
@@ -50,13 +56,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pairs", type=int, default=HIERARCHICAL.pairs)
+    parser.add_argument("--lower-time", type=float, default=HIERARCHICAL.lower_time)
     args = parser.parse_args()
-    settings = DecisionSettings(pairs=args.pairs)
+    settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time)
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint)
     times: dict[str, list[float]] = {key: [] for key in (
-        "cold start", "cold decision", "bandwidth change", "load change", "warm", "front")}
+        "cold start", "cold decision", "bandwidth change", "load change",
+        "warm, same request", "warm, new budget", "front")}
     decisions = []
+    warm_up = generate_instance(min(args.domains, 10), args.model, 800_000, "random")
+    scheduler.front(warm_up, settings=settings)
     for seed in args.seeds:
         for topology in TOPOLOGIES:
             domains = min(args.domains, 10) if topology == "aws-10" else args.domains
@@ -66,18 +76,24 @@ def main() -> None:
             times["cold start"].append(time.perf_counter() - start)
             limits = BudgetRange.of(instance)
 
-            def timed(state, kind: str, limits: BudgetRange = limits) -> None:
-                budgets = Budgets() if rng.random() < 0.5 else Budgets(gpus=int(
-                    rng.integers(limits.least_gpus, limits.free_gpus + 1)))
+            def timed(state, kind: str, budgets: Budgets | None = None,
+                      limits: BudgetRange = limits) -> Budgets:
+                if budgets is None:
+                    budgets = Budgets() if rng.random() < 0.5 else Budgets(gpus=int(
+                        rng.integers(limits.least_gpus, limits.free_gpus + 1)))
                 start = time.perf_counter()
                 with contextlib.suppress(NoPlanWithinBudget):
                     scheduler.plans(state, (1.0, 0.0, 0.0), budgets, settings)
                 times[kind].append(time.perf_counter() - start)
+                return budgets
 
             scheduler.env.caches.clear()
-            timed(instance, "cold decision")
+            asked = [timed(instance, "cold decision")]
             for _ in range(args.repeats):
-                timed(instance, "warm")
+                asked.append(timed(instance, "warm, new budget", Budgets(gpus=int(
+                    rng.integers(limits.least_gpus, limits.free_gpus + 1)))))
+            for _ in range(args.repeats):
+                timed(instance, "warm, same request", asked[int(rng.integers(len(asked)))])
             for _ in range(args.repeats):
                 timed(perturb(instance, rng, 0.3), "bandwidth change")
             free = np.array([d.free_gpus for d in instance.domains])
@@ -92,7 +108,7 @@ def main() -> None:
                   f"{front.provenance['decisions']} decisions, "
                   f"{times['front'][-1]:.2f} s", flush=True)
     for kind, values in times.items():
-        print(f"{kind:17s} {percentiles(values)}")
+        print(f"{kind:19s} {percentiles(values)}")
     print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
 
 

@@ -103,23 +103,37 @@ def pair_tables(instance: Instance, dp: int, micro_batch: int) -> PairTables | N
                                                   np.floor(room * (1 + 1e-12))))
 
     k = np.arange(instance.num_domains)
-    kk_from, kk_to = np.meshgrid(k, k, indexing="ij")
-    per_param, fixed = zip(*[cm.allreduce_coefficients(k, tp, dp) for k in range(len(free))],
-                           strict=True)
+    per_param, fixed = cm.allreduce_coefficients(k[:, None], tp[None, :], dp)  # (K, O)
     return PairTables(
         instance=instance, dp=dp, micro_batch=micro_batch, micro_batches=m, positions=positions,
         options=options, layers=model.layers, gpus=dp * tp, layer_time=layer_time,
         first_time=first_time, last_time=last_time, layer_cap=layer_cap,
         layer_cap_first=layer_cap_first,
         optimizer_per_param=np.array([float(cm.optimizer_time(1.0, t, dp)) for t, _ in options]),
-        allreduce_per_param=np.array(per_param, dtype=float),
-        allreduce_fixed=np.broadcast_to(np.array(fixed, dtype=float)[:, None],
-                                        (len(free), len(options))).copy(),
-        delay=np.asarray(cm.boundary_delay(kk_from, kk_to, b, dp), dtype=float),
-        occupancy=np.asarray(cm.boundary_occupancy(kk_from, kk_to, b, dp), dtype=float),
-        cost=np.asarray(cm.boundary_cost(kk_from, kk_to, b, dp, m), dtype=float),
-        free_gpus=free, layer_params=cm.layer_params, embedding_params=cm.embedding_params,
-        head_params=cm.head_params)
+        allreduce_per_param=np.broadcast_to(per_param, (len(free), len(options))).astype(float),
+        allreduce_fixed=np.broadcast_to(fixed, (len(free), len(options))).astype(float),
+        **_link_terms(instance, dp, b, m), free_gpus=free, layer_params=cm.layer_params,
+        embedding_params=cm.embedding_params, head_params=cm.head_params)
+
+
+def _link_terms(instance: Instance, dp: int, b: int, m: int) -> dict[str, np.ndarray]:
+    """The tables' terms per ordered domain pair: what a change of the WAN links' state
+    changes."""
+    cm = cost_model(instance)
+    k = np.arange(instance.num_domains)
+    kk_from, kk_to = np.meshgrid(k, k, indexing="ij")
+    return {"delay": np.asarray(cm.boundary_delay(kk_from, kk_to, b, dp), dtype=float),
+            "occupancy": np.asarray(cm.boundary_occupancy(kk_from, kk_to, b, dp), dtype=float),
+            "cost": np.asarray(cm.boundary_cost(kk_from, kk_to, b, dp, m), dtype=float)}
+
+
+def with_links(tables: PairTables, instance: Instance) -> PairTables:
+    """``tables`` in the WAN links' state (bandwidth, latency, prices) and load of
+    ``instance``, an instance of the same domains, model and search space (e.g. after a
+    bandwidth change): the per-pair terms recomputed, the rest kept."""
+    return dataclasses.replace(
+        tables, instance=instance, free_gpus=np.array([d.free_gpus for d in instance.domains]),
+        **_link_terms(instance, tables.dp, tables.micro_batch, tables.micro_batches))
 
 
 def all_pair_tables(instance: Instance) -> list[PairTables]:

@@ -99,21 +99,46 @@ def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: 
     alone = scheduler.plans(instance, (1, 0, 0), settings=POLICY_ONLY)
     assert len(alone) == 1
     for pairs in (1, 3):
-        plans = scheduler.plans(instance, (1, 0, 0),
-                                settings=DecisionSettings(pairs=pairs, exhaust=False))
+        plans = scheduler.plans(instance, (1, 0, 0), settings=DecisionSettings(
+            pairs=pairs, exhaust=False, policy_plan=True))
         assert plans[0] == alone[0] and 1 < len(plans) <= 1 + pairs
         assert len({(p.dp, p.micro_batch) for p, _ in plans[1:]}) == len(plans) - 1
         assert all(evaluate(instance, p).feasible for p, _ in plans)
+        # without the policy's own plan: the lower level's plans alone
+        lower = scheduler.plans(instance, (1, 0, 0),
+                                settings=DecisionSettings(pairs=pairs, exhaust=False))
+        assert [p for p, _ in lower] == [p for p, _ in plans[1:]]
+    # where the lower level finds nothing in time, the policy's own plan
+    forget()
+    assert scheduler.plans(instance, (1, 0, 0),
+                           settings=DecisionSettings(pairs=1, lower_time=1e-9)) == alone
     # exhaust: the pairs beyond the first are placed unless proven slower, so the best
     # placed plan is within the period precision of the best placement of every pair
     forget()
     plans = scheduler.plans(instance, (1, 0, 0),
                             settings=DecisionSettings(pairs=1, lower_time=None))
-    best = min(evaluate(instance, p).objectives[0] for p, _ in plans[1:])
+    best = min(evaluate(instance, p).objectives[0] for p, _ in plans)
     every = min(place(t, Budgets()).step_time_s for t in all_pair_tables(instance))
     assert best <= every * (1 + PERIOD_PRECISION)
     with pytest.raises(ValueError, match="pairs must be an integer >= 0"):
         DecisionSettings(pairs=-1)
+
+
+def test_a_link_change_is_placed_by_the_new_links(checkpoint: Path, instance: Instance):
+    # the masks' rules outlive a bandwidth change; the lower level's delays must not
+    slow = instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps * 0.05)
+    seen = Scheduler(checkpoint)
+    seen.plans(instance, (1, 0, 0))
+    after = seen.plans(slow, (1, 0, 0), settings=DecisionSettings(exhaust=False))
+    index = seen.env.cache.rules.pair_of(after[0][0])
+    tables = seen.env.cache.tables_at(slow, index)
+    fresh = all_pair_tables(slow)
+    assert np.array_equal(tables.delay, next(t.delay for t in fresh if (t.dp, t.micro_batch)
+                                             == (tables.dp, tables.micro_batch)))
+    forget()
+    alone = Scheduler(checkpoint).plans(slow, (1, 0, 0),
+                                        settings=DecisionSettings(exhaust=False))
+    assert [p for p, _ in after] == [p for p, _ in alone]
 
 
 def test_front_is_a_budget_sweep(checkpoint: Path, instance: Instance):
