@@ -19,7 +19,7 @@ the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP, then, 
 ranking's order, of every further pair that one DP run cannot prove slower than the best
 plan so far (``--no-exhaust``: not these), all within ``--lower-time`` seconds (0 pairs:
 the policy's own plan only). The policy builds its own plan too with ``--policy-plan``, and
-always where the lower level finds none. ``--samples N`` also draws
+always where the lower level finds none or runs out of time. ``--samples N`` also draws
 N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
@@ -113,8 +113,8 @@ class DecisionSettings:
     """Whether the upper level also builds a plan of its own (the greedy episode, one
     forward pass per segment: about 30 ms at K = 20) where the lower level places pairs.
     Off, the upper level only ranks the pairs (one forward pass) and builds its plan only
-    where the lower level finds none; always on with ``pairs`` 0, ``samples``, ``starts``
-    or ``polish``."""
+    where the lower level finds none or runs out of ``lower_time``; always on with
+    ``pairs`` 0, ``samples``, ``starts`` or ``polish``."""
 
     def __post_init__(self):
         for name in ("pairs", "samples", "polish"):
@@ -292,8 +292,10 @@ class Scheduler:
                              {key: plan for key, (plan, _) in hints.items()}, deadline):
             if placed.plan is not None:
                 out.append((placed.plan, env.score(placed.plan)[0]))
-        if not out:  # the lower level found nothing in time: the upper level's own plan
-            out = self._episodes(instance, weights, budgets, 0, generator)[0]
+        if not episodes and (not out or deadline is not None
+                             and time.perf_counter() >= deadline):
+            # the lower level found nothing, or ran out of time: the policy's own plan too
+            out += self._episodes(instance, weights, budgets, 0, generator)[0]
         return out
 
     def decide(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
@@ -546,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=HIERARCHICAL.policy_plan,
                         help="the upper level also builds its own plan where the lower "
                         "level places pairs (default: off; its plan only where the lower "
-                        "level finds none)")
+                        "level finds none or runs out of time)")
     parser.add_argument("--samples", type=int, default=0)
     parser.add_argument("--starts", action="store_true",
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
