@@ -40,14 +40,20 @@ from evaluation.report import (
     quality_table,
     reference_table,
     time_table,
-    write_atomic,
     write_frame,
 )
 from evaluation.runner import run_units
 from evaluation.summary import kpi_frame, method_frame, preference_frame, units_frame
 from evaluation.units import EvaluationSettings, WorkUnit
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError, read_json, run_cli
+from formulation.outputs import (
+    ResultsDirectory,
+    output_directory,
+    strict,
+    write_atomic,
+    write_json,
+)
+from formulation.schema import MAX_WORKERS, CliParser, InputError, integer_arg, read_json, run_cli
 from instances.suites import (
     SUITES,
     SUITES_DIR,
@@ -92,18 +98,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
                         help=f"methods to score (default: all of {', '.join(ALL_METHODS)})")
     parser.add_argument("--out", type=Path, default=Path("results"))
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS),
+                        default=min(os.cpu_count() or 1, MAX_WORKERS),
                         help="local worker processes (default: one per CPU)")
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="run the units on this Dask scheduler instead")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds of seeded methods")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--seeds", type=integer_arg(1, 1000), default=3,
+                        help="a count: each seeded method runs with seeds 0..N-1 (default 3)")
+    parser.add_argument("--repeats", type=integer_arg(0, 10_000), default=3,
                         help="timed decisions per unit after one warm-up")
-    parser.add_argument("--generations", type=int, default=None, help="NSGA-II generations")
-    parser.add_argument("--population", type=int, default=None, help="NSGA-II population")
-    parser.add_argument("--descent", type=int, default=None,
+    parser.add_argument("--generations", type=integer_arg(1, 1_000_000), default=None,
+                        help="NSGA-II generations")
+    parser.add_argument("--population", type=integer_arg(2, 100_000), default=None,
+                        help="NSGA-II population")
+    parser.add_argument("--descent", type=integer_arg(0, 100_000), default=None,
                         help="NSGA-II: plans its final Pareto descent expands")
-    parser.add_argument("--hippo-pairs", type=int, default=None,
+    parser.add_argument("--hippo-pairs", type=integer_arg(0, 100_000), default=None,
                         help="Hi-PPO: pairs the lower level places per decision (default: "
                         "rl.decide's)")
     parser.add_argument("--hippo-lower-time", type=float, default=None,
@@ -117,9 +127,9 @@ def _parser() -> argparse.ArgumentParser:
                         default=None,
                         help="Hi-PPO: the upper level also builds its own plan where the "
                         "lower level places pairs (default: rl.decide's, off)")
-    parser.add_argument("--hippo-samples", type=int, default=0,
+    parser.add_argument("--hippo-samples", type=integer_arg(0, 1024), default=0,
                         help="Hi-PPO: sampled plans per preference besides the greedy one")
-    parser.add_argument("--hippo-polish", type=int, default=0,
+    parser.add_argument("--hippo-polish", type=integer_arg(0, 1000), default=0,
                         help="Hi-PPO: rounds of local search on each plan (0: none)")
     parser.add_argument("--hippo-starts", action="store_true",
                         help="Hi-PPO: one greedy episode per (dp, micro-batch) pair in "
@@ -140,10 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> list[str]:
-    if (args.workers < 1 or args.seeds < 1 or args.repeats < 0 or args.hippo_samples < 0
-            or args.hippo_polish < 0 or (args.hippo_pairs is not None and args.hippo_pairs < 0)):
-        raise InputError("--workers and --seeds must be >= 1, --repeats, --hippo-pairs, "
-                         "--hippo-samples and --hippo-polish >= 0")
     if args.hippo_lower_time is not None and not 0 < args.hippo_lower_time < math.inf:
         raise InputError("--hippo-lower-time must be a number of seconds > 0")
     if args.checkpoint is not None and not args.checkpoint.is_file():
@@ -180,7 +186,10 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     unavailable = missing_now(args)
     missing = [n for n in names if n in unavailable]
     methods = [n for n in names if n in METHODS and n not in unavailable]
+    asked = Path(args.suite)  # a directory given by path: checked before it is read
+    output_directory(args.out, inputs=[asked if asked.is_dir() else None, args.checkpoint])
     pairs, suite_dir = suite_files(args.suite)
+    out = output_directory(args.out, inputs=[suite_dir, args.checkpoint])
     pairs = [p for p in pairs if not args.match or any(m in p[0].stem for m in args.match)]
     if not pairs:
         raise InputError(f"--match: no instance of {args.suite!r} matches {args.match}")
@@ -216,6 +225,17 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     units = [WorkUnit(instance, front, method, seed, settings)
              for method in methods for instance, front in documents
              for seed in range(seeds(method))]
+    # the results appear whole or not at all; a second run into --out meanwhile is refused
+    with ResultsDirectory(out) as staging:
+        _evaluate(units, args, settings, methods, missing, started, staging)
+    print(f"{len(units)} units in {round(time.perf_counter() - started, 1)} s -> "
+          f"{out}/report.md", file=sys.stderr)
+    return 0
+
+
+def _evaluate(units: list[WorkUnit], args: argparse.Namespace, settings: EvaluationSettings,
+              methods: list[str], missing: list[str], started: float, out: Path) -> None:
+    """Run the units and write every table, plot and the report into ``out``."""
     try:
         records = _run(units, args)
     except ConnectionError as err:
@@ -232,7 +252,6 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_tables(tables)
 
-    out = args.out
     provenance = {"command": command_line("evaluation.pareto_coverage"),
                   "versions": versions(), "suite": args.suite,
                   "settings": asdict(settings), "methods": methods, "missing": missing,
@@ -244,16 +263,12 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     write_frame(gaps.reset_index(), out, "preferences")
     write_frame(kpis, out, "kpis")
     write_frame(_points_frame(records), out, "points")
-    write_atomic(out / "records.json", lambda p: p.write_text(
-        json.dumps({"provenance": provenance, "records": records}, default=float)))
+    write_json(out / "records.json", strict({"provenance": provenance, "records": records}))
     figures = [*plots.front_plots(records, out / "plots"),
                plots.coverage_plot(records, out / "plots"),
                plots.latency_plot(records, out / "plots")]
     report = _report(tables, kpis, provenance, figures, out)
     write_atomic(out / "report.md", lambda p: p.write_text(report))
-    print(f"{len(units)} units in {provenance['wall_time_s']} s -> {out}/report.md",
-          file=sys.stderr)
-    return 0
 
 
 def _run(units: list[WorkUnit], args: argparse.Namespace) -> list[dict]:

@@ -17,8 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evaluation.report import write_atomic  # noqa: E402
 from evaluation.units import EPS_CURVE  # noqa: E402
+from formulation.outputs import write_atomic  # noqa: E402
 
 MARKERS = "os^vD<>pP*hX"
 PROJECTIONS = ((0, 1), (0, 2), (1, 2))
@@ -26,6 +26,7 @@ LABELS = ("step time (s)", "GPUs", "cost per step (USD)")
 
 
 def _save(figure, path: Path) -> None:
+    path.parent.mkdir(exist_ok=True)  # the results directory's own plots/
     write_atomic(path, lambda p: figure.savefig(p, format="png", dpi=110))
     plt.close(figure)
 

@@ -7,9 +7,7 @@ renderings read the same object, so the terminal and the report never disagree.
 from __future__ import annotations
 
 import math
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from evaluation.summary import KPIS
+from formulation.outputs import write_atomic
 
 
 @dataclass(frozen=True)
@@ -144,20 +143,6 @@ def markdown(table: Table) -> str:
     if table.note:
         lines += ["", table.note]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(temporary path)``, then rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_frame(frame: pd.DataFrame, directory: Path, name: str) -> None:

@@ -21,6 +21,12 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 MIN_DOMAINS, MAX_DOMAINS = 1, 20  # generated scenarios use 5..20
 
 
+# Physical ranges, far beyond any real system, that keep every computation finite (a
+# finite 1e308 price would overflow to infinity) and every model small enough to build.
+MAX_LAYERS = 1024
+MAX_DOMAIN_GPUS = 10_000_000
+LINK_LIMITS = {"bandwidth_gbps": 1e6, "latency_ms": 1e6, "price_per_gb": 1e3}
+
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
@@ -35,12 +41,12 @@ class GpuSpec:
     def from_dict(r: Reader) -> GpuSpec:
         spec = GpuSpec(
             name=r.string("name"),
-            peak_tflops=r.number("peak_tflops", low=0, low_open=True),
-            hbm_gb=r.number("hbm_gb", low=0, low_open=True),
-            hbm_gbps=r.number("hbm_gbps", low=0, low_open=True),
-            nvlink_gbps=r.number("nvlink_gbps", low=0, low_open=True),
-            gpus_per_node=r.integer("gpus_per_node", low=1),
-            nic_gbps=r.number("nic_gbps", low=0, low_open=True),
+            peak_tflops=r.number("peak_tflops", low=0, low_open=True, high=1e5),
+            hbm_gb=r.number("hbm_gb", low=0, low_open=True, high=1e5),
+            hbm_gbps=r.number("hbm_gbps", low=0, low_open=True, high=1e6),
+            nvlink_gbps=r.number("nvlink_gbps", low=0, low_open=True, high=1e6),
+            gpus_per_node=r.integer("gpus_per_node", low=1, high=1024),
+            nic_gbps=r.number("nic_gbps", low=0, low_open=True, high=1e6),
         )
         r.finish()
         return spec
@@ -88,13 +94,13 @@ class ModelSpec:
     def from_dict(r: Reader) -> ModelSpec:
         spec = ModelSpec(
             name=r.string("name"),
-            layers=r.integer("layers", low=1),
-            hidden=r.integer("hidden", low=1),
-            heads=r.integer("heads", low=1),
-            kv_heads=r.integer("kv_heads", low=1),
-            ffn=r.integer("ffn", low=1),
-            vocab=r.integer("vocab", low=1),
-            seq_len=r.integer("seq_len", low=1),
+            layers=r.integer("layers", low=1, high=MAX_LAYERS),
+            hidden=r.integer("hidden", low=1, high=1_000_000),
+            heads=r.integer("heads", low=1, high=100_000),
+            kv_heads=r.integer("kv_heads", low=1, high=100_000),
+            ffn=r.integer("ffn", low=1, high=10_000_000),
+            vocab=r.integer("vocab", low=1, high=10_000_000),
+            seq_len=r.integer("seq_len", low=1, high=10_000_000),
             gated_mlp=r.boolean("gated_mlp", True),
             tied_embeddings=r.boolean("tied_embeddings", False),
         )
@@ -128,10 +134,11 @@ class Domain:
             lat, lon = float(location[0]), float(location[1])
         domain = Domain(
             name=r.string("name"),
-            gpus=r.integer("gpus", low=0),
-            free_gpus=r.integer("free_gpus", low=0),
-            intra_bandwidth_gbps=r.number("intra_bandwidth_gbps", low=0, low_open=True),
-            intra_latency_ms=r.number("intra_latency_ms", low=0),
+            gpus=r.integer("gpus", low=0, high=MAX_DOMAIN_GPUS),
+            free_gpus=r.integer("free_gpus", low=0, high=MAX_DOMAIN_GPUS),
+            intra_bandwidth_gbps=r.number("intra_bandwidth_gbps", low=0, low_open=True,
+                                           high=1e6),
+            intra_latency_ms=r.number("intra_latency_ms", low=0, high=1e6),
             lat=lat,
             lon=lon,
         )
@@ -165,7 +172,8 @@ class Links:
     def from_dict(r: Reader, size: int) -> Links:
         def matrix(key: str, positive: bool) -> np.ndarray:
             return np.array(check_matrix(r.raw(key), f"{r.path}.{key}", size,
-                                         positive_off_diagonal=positive))
+                                         positive_off_diagonal=positive,
+                                         high=LINK_LIMITS[key]))
 
         links = Links(
             bandwidth_gbps=matrix("bandwidth_gbps", True),
@@ -195,13 +203,13 @@ class Training:
     @staticmethod
     def from_dict(r: Reader) -> Training:
         training = Training(
-            global_batch=r.integer("global_batch", low=1),
-            steps=r.integer("steps", 10_000, low=1),
+            global_batch=r.integer("global_batch", low=1, high=10_000_000),
+            steps=r.integer("steps", 10_000, low=1, high=10**12),
             precision=r.string("precision", "bf16", choices=("bf16", "fp16")),
             optimizer=r.string("optimizer", "adam", choices=("adam",)),
             zero_stage=r.integer("zero_stage", 1, low=0, high=1),
             memory_margin=r.number("memory_margin", 0.1, low=0, high=0.9),
-            gpu_hour_usd=r.number("gpu_hour_usd", 2.0, low=0),
+            gpu_hour_usd=r.number("gpu_hour_usd", 2.0, low=0, high=1e4),
         )
         r.finish()
         return training
@@ -218,7 +226,8 @@ class SearchSpace:
     @staticmethod
     def from_dict(r: Reader) -> SearchSpace:
         def positive_ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
-            values = r.items(key, lambda v, p: check_integer(v, p, low=1), list(default),
+            values = r.items(key, lambda v, p: check_integer(v, p, low=1, high=1_000_000),
+                             list(default),
                              min_len=1)
             return tuple(sorted(set(values)))
 
@@ -232,7 +241,7 @@ class SearchSpace:
             tp=positive_ints("tp", SearchSpace.tp),
             micro_batch=positive_ints("micro_batch", SearchSpace.micro_batch),
             recompute=tuple(r.items("recompute", mode, list(RECOMPUTE_MODES), min_len=1)),
-            max_stages=r.integer("max_stages", 8, low=1),
+            max_stages=r.integer("max_stages", 8, low=1, high=MAX_LAYERS),
         )
         r.finish()
         return space
@@ -252,7 +261,7 @@ class Constraints:
         out = Constraints(
             wan_share_cap=None if cap is None else r.number("wan_share_cap", low=0, high=1,
                                                             low_open=True),
-            cost_budget=None if budget is None else r.number("cost_budget", low=0),
+            cost_budget=None if budget is None else r.number("cost_budget", low=0, high=1e12),
         )
         r.finish()
         return out
@@ -335,6 +344,7 @@ class Instance:
             trace=trace,
         )
         r.finish()
+        _check_search_space(instance)
         return instance
 
     def to_dict(self) -> dict[str, Any]:
@@ -368,3 +378,17 @@ class Instance:
         from formulation.schema import write_json_atomic
 
         write_json_atomic(path, self.to_dict())
+
+
+def _check_search_space(instance: Instance) -> None:
+    """A search space that admits no plan at all is refused when read, naming its fields:
+    no dp x micro-batch dividing the global batch, or no tp that divides the heads and
+    fits a node."""
+    search, batch = instance.search, instance.training.global_batch
+    if not any(batch % (dp * b) == 0 for dp in search.dp for b in search.micro_batch):
+        raise InputError(f"search: no dp {list(search.dp)} x micro_batch "
+                         f"{list(search.micro_batch)} divides training.global_batch {batch}")
+    heads, node = instance.model.heads, instance.gpu.gpus_per_node
+    if not any(heads % t == 0 and t <= node for t in search.tp):
+        raise InputError(f"search.tp: no value of {list(search.tp)} divides model.heads "
+                         f"{heads} and fits gpu.gpus_per_node {node}")

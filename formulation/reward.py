@@ -71,7 +71,7 @@ def reward_terms(objectives: np.ndarray, scale: RewardScale) -> np.ndarray:
 
 def check_weights(weights: tuple[float, float, float] | np.ndarray) -> np.ndarray:
     w = np.asarray(weights, dtype=float)
-    if w.shape != (3,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+    if w.shape != (3,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.max() > 0:
         raise ValueError(f"weights must be three finite numbers >= 0, not all 0; got {weights}")
     return w
 

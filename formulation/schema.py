@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,51 +21,62 @@ class InputError(ValueError):
     """A document (instance, plan, trace) is malformed; the message names the field."""
 
 
-def read_json(path: str | Path, what: str) -> Any:
-    """Parse a JSON file, turning I/O and syntax errors into :class:`InputError`."""
+def read_text(path: str | Path, what: str) -> str:
+    """A text file's content, UTF-8; an unreadable file (absent, a directory, not UTF-8)
+    is one :class:`InputError` naming it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{what} file {str(path)!r} is a directory") from None
     except OSError as err:
         raise InputError(f"{what} file {str(path)!r}: {err.strerror or err}") from None
     try:
-        return json.loads(text)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{what} file {str(path)!r} is not UTF-8 text (byte {err.start})"
+                         ) from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Parse a JSON file strictly, turning every way it can be unreadable into one
+    :class:`InputError` naming the file: I/O errors, a directory, text that is not UTF-8,
+    syntax errors, the non-JSON constants ``NaN`` and ``Infinity``, nesting deeper than
+    the parser's recursion allows."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise InputError(
             f"{what} file {str(path)!r} is not valid JSON (line {err.lineno}: {err.msg})"
         ) from None
+    except RecursionError:
+        raise InputError(f"{what} file {str(path)!r} is nested deeper than "
+                         f"{sys.getrecursionlimit()} levels") from None
+    except ValueError as err:  # a constant, or an integer of too many digits
+        raise InputError(f"{what} file {str(path)!r} is not valid JSON ({err})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 _NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
 
 
 def dumps(document: Any) -> str:
-    """Indented JSON with lists of numbers kept on one line (matrices stay readable)."""
+    """Indented strict JSON (no NaN or Infinity) with lists of numbers kept on one line
+    (matrices stay readable)."""
     text = json.dumps(document, indent=1, allow_nan=False)
     return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(","))
                             + "]", text) + "\n"
 
 
 def write_json_atomic(path: str | Path, document: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it, so no partial file remains."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual open() mode
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(dumps(document))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Strict JSON to ``path`` whole or not at all, or to standard output for ``-``
+    (:func:`formulation.outputs.write_json`: the output layer's rules)."""
+    from formulation.outputs import write_json
 
-
-def _umask() -> int:
-    """The process umask (reading it means setting it; it is restored at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    write_json(Path(path), document)
 
 
 class Reader:
@@ -169,6 +178,9 @@ def check_number(value: Any, field: str, *, low: float | None = None, high: floa
     return value
 
 
+INTEGER_LIMIT = 2 ** 53  # every integer field is exact as a float and fits int64
+
+
 def check_integer(value: Any, field: str, *, low: int | None = None,
                   high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -176,6 +188,8 @@ def check_integer(value: Any, field: str, *, low: int | None = None,
             value = int(value)
         else:
             raise InputError(f"{field} must be an integer, got {_kind(value)}")
+    if abs(value) > INTEGER_LIMIT:
+        raise InputError(f"{field} must be within +-2^53, got {value:.3g}")
     if low is not None and value < low:
         raise InputError(f"{field} must be >= {low}, got {value}")
     if high is not None and value > high:
@@ -184,7 +198,7 @@ def check_integer(value: Any, field: str, *, low: int | None = None,
 
 
 def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bool,
-                 non_negative: bool = True) -> list[list[float]]:
+                 non_negative: bool = True, high: float | None = None) -> list[list[float]]:
     """A ``size`` x ``size`` matrix of finite numbers; the diagonal is not constrained."""
     if not isinstance(value, list) or len(value) != size:
         raise InputError(f"{field} must be a {size} x {size} matrix (list of {size} rows)")
@@ -194,7 +208,7 @@ def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bo
             raise InputError(f"{field}[{i}] must be a list of {size} numbers")
         out = []
         for j, item in enumerate(row):
-            cell = check_number(item, f"{field}[{i}][{j}]")
+            cell = check_number(item, f"{field}[{i}][{j}]", high=high)
             if i != j and positive_off_diagonal and cell <= 0:
                 raise InputError(f"{field}[{i}][{j}] must be > 0, got {cell:g}")
             if non_negative and cell < 0:
@@ -204,22 +218,68 @@ def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bo
     return rows
 
 
+def integer_arg(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [low, high] (argparse then reports a bad value
+    as one line naming the flag)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
+        return value
+    return parse
+
+
+def number_arg(low: float, high: float = math.inf, low_open: bool = False
+               ) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in [low, high] ((low, high] with
+    ``low_open``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value > high or value < low \
+                or (low_open and value == low):
+            if high == math.inf:
+                wanted = f"{'>' if low_open else '>='} {low:g}"
+            else:
+                wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be a finite number {wanted}, got {text}")
+        return value
+    return parse
+
+
+MAX_WORKERS = 1024  # --workers, --jobs: local processes
+SEED_MAX = 2 ** 32 - 1
+SEED = integer_arg(0, SEED_MAX)
+"""``--seed``: one seed, an integer in [0, 2^32 - 1], for every command."""
+
+
 class CliParser(argparse.ArgumentParser):
     """argparse with the project's error convention: one line on stderr, exit code 2."""
 
     def error(self, message: str) -> NoReturn:
+        # "argument --seed: must be ..." (a bounded type's own message) as the project's
+        # other errors read: "--seed must be ..."
+        message = re.sub(r"^argument ([^:]+): (must be .*)$", r"\1 \2", message)
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def run_cli(body: Callable[[], int | None]) -> int:
     """Run a command's body with the project's error convention: bad input (an
     :class:`InputError`, or a file that cannot be read or written) gives one line on stderr
-    and exit code 2, never a traceback."""
+    and exit code 2, an interrupt (Ctrl-C) one line and 130, never a traceback."""
     try:
         return body() or 0
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outputs are written whole or not at all: nothing to undo
+        print("interrupted", file=sys.stderr)
+        return 130
     except OSError as err:
         where = f"{str(err.filename)!r}: " if err.filename else ""
         print(f"error: cannot access {where}{err.strerror or err}", file=sys.stderr)

@@ -16,8 +16,9 @@ from typing import TypeVar
 import numpy as np
 
 from formulation.instance import Domain, GpuSpec, Instance, Links, SearchSpace, Training
+from formulation.outputs import output_path, report_stream
 from formulation.presets import gpu_preset, model_preset
-from formulation.schema import CliParser, InputError, run_cli
+from formulation.schema import SEED, CliParser, InputError, run_cli
 from instances.topologies import TOPOLOGIES, Network
 from instances.traces import generate_trace
 
@@ -138,8 +139,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Generate a seeded cross-domain training scenario (instance JSON).")
     parser.add_argument("--domains", type=int, required=True, help="number of domains K (5..20)")
     parser.add_argument("--model", required=True, help="model preset or alias, e.g. 7b, 70b")
-    parser.add_argument("--seed", type=int, required=True, help="random seed (>= 0)")
+    parser.add_argument("--seed", type=SEED, required=True,
+                        help="random seed, 0 to 2^32 - 1")
     parser.add_argument("--out", type=Path, required=True, help="instance JSON file to write")
+    parser.add_argument("--quiet", action="store_true", help="no report line")
     parser.add_argument("--topology", default="random", choices=list(TOPOLOGIES))
     parser.add_argument("--trace", action="store_true", help="add a dynamic trace (SPEC 6)")
     parser.add_argument("--gpu", default=DEFAULT_GPU, help="GPU preset (default %(default)s)")
@@ -155,13 +158,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    args.out = output_path(args.out)
     instance = generate_instance(args.domains, args.model, args.seed, args.topology,
                                  args.trace, gpu=args.gpu, global_batch=args.global_batch)
     instance.save(args.out)
     free = sum(d.free_gpus for d in instance.domains)
     total = sum(d.gpus for d in instance.domains)
     print(f"{instance.name}: K={instance.num_domains}, {free} free GPUs of {total}, "
-          f"written to {args.out}")
+          f"written to {args.out}", file=report_stream(args.out, args.quiet))
     return 0
 
 

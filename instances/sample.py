@@ -17,8 +17,9 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
+from formulation.outputs import output_path, report_stream
 from formulation.plan import Plan, Stage
-from formulation.schema import CliParser, run_cli
+from formulation.schema import SEED, CliParser, run_cli
 
 
 def split_layers(total: int, weights: np.ndarray) -> list[int]:
@@ -158,12 +159,14 @@ def main(argv: list[str] | None = None) -> int:
                        description="Write a random feasible plan for an instance.")
     parser.add_argument("instance", type=Path)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no report line")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the sampling")
     args = parser.parse_args(argv)
     return run_cli(lambda: _sample(args))
 
 
 def _sample(args: argparse.Namespace) -> int:
+    args.out = output_path(args.out, inputs=[args.instance])
     instance = Instance.load(args.instance)
     plans = feasible_sample(instance, 1, args.seed)
     if not plans:
@@ -171,7 +174,8 @@ def _sample(args: argparse.Namespace) -> int:
         return 1
     plans[0].save(args.out, instance)
     print(f"plan with {plans[0].num_stages} stages over domains "
-          f"{[instance.domains[k].name for k in plans[0].domains_used()]} written to {args.out}")
+          f"{[instance.domains[k].name for k in plans[0].domains_used()]} written to {args.out}",
+          file=report_stream(args.out, args.quiet))
     return 0
 
 

@@ -186,13 +186,28 @@ def reference_front_path(instance_path: Path) -> Path:
 
 def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
     """The preference vectors of a suite directory: its manifest's, else ``PREFERENCES``."""
-    from formulation.schema import read_json
+    from formulation.schema import InputError, check_number, read_json
 
     manifest = directory / "manifest.json"
     if not manifest.exists():
         return [tuple(w) for w in PREFERENCES]
-    return [tuple(float(x) for x in w)
-            for w in read_json(manifest, "suite manifest").get("preferences", PREFERENCES)]
+    document = read_json(manifest, "suite manifest")
+    where = f"suite manifest {str(manifest)!r}"
+    if not isinstance(document, dict):
+        raise InputError(f"{where} must be an object")
+    preferences = document.get("preferences", PREFERENCES)
+    if not isinstance(preferences, list) or not preferences:
+        raise InputError(f"{where}: preferences must be a non-empty list")
+    out = []
+    for i, weights in enumerate(preferences):
+        field = f"{where}: preferences[{i}]"
+        if not isinstance(weights, list) or len(weights) != 3:
+            raise InputError(f"{field} must be a list of 3 numbers")
+        values = tuple(check_number(x, f"{field}[{j}]", low=0) for j, x in enumerate(weights))
+        if not sum(values) > 0:
+            raise InputError(f"{field} must not be all 0")
+        out.append(values)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

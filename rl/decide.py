@@ -45,10 +45,11 @@ import torch
 
 from formulation.evaluator import cost_model, evaluate_plans
 from formulation.instance import Instance
+from formulation.outputs import output_path, write_atomic
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
 from formulation.reward import check_weights, reward, reward_terms
-from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
+from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli, write_json_atomic
 from rl.env import (
     BUCKETS,
     PAIR,
@@ -67,6 +68,9 @@ from solvers.local_search import local_search
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "hi_ppo.pt"
 TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is memory-bound
+# bounds on a decision's work: each sampled episode holds its environment in memory
+MAX_SAMPLES = 1024
+MAX_POLISH = 1000
 
 
 def preference_grid(steps: int = 10) -> list[tuple[float, float, float]]:
@@ -117,11 +121,14 @@ class DecisionSettings:
     ``pairs`` 0, ``samples``, ``starts`` or ``polish``."""
 
     def __post_init__(self):
-        for name in ("pairs", "samples", "polish"):
+        for name, most in (("pairs", 2 ** 31), ("samples", MAX_SAMPLES),
+                           ("polish", MAX_POLISH)):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or isinstance(value, bool) \
                     or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+            if value > most:
+                raise ValueError(f"{name} must be <= {most}, got {value!r}")
         if self.lower_time is not None and not (isinstance(self.lower_time, int | float)
                                                 and 0 < self.lower_time < math.inf):
             raise ValueError(f"lower_time must be a number of seconds > 0, got "
@@ -258,7 +265,7 @@ class Scheduler:
         ``settings.pairs`` pairs the upper level ranks first. None where the instance
         admits no plan at all. Raises :class:`NoPlanWithinBudget` where plans exist but
         none within the budgets."""
-        weights = np.asarray(weights, dtype=float)
+        weights = preference(weights)
         generator = torch.Generator().manual_seed(settings.seed)
         polish = settings.polish
         episodes = settings.pairs == 0 or settings.policy_plan or settings.samples > 0 \
@@ -312,7 +319,7 @@ class Scheduler:
                              "model fits in no combination of the free GPUs)")
         plan, _ = max(candidates, key=lambda item: item[1])
         latency = time.perf_counter() - start
-        weights = np.asarray(weights, dtype=float)
+        weights = preference(weights)
         result = evaluate(instance, plan)
         scale = self.env.cache.scale
         objectives = np.array([result.objectives], dtype=float)
@@ -506,16 +513,23 @@ def heatmap(instance: Instance, plan: Plan, path: Path) -> None:
     figure.colorbar(image, label="WAN GB per step")
     axis.set_title(f"{instance.name}: cross-domain traffic")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(temporary)
-    plt.close(figure)
-    temporary.replace(path)
+    try:
+        write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
+    finally:
+        plt.close(figure)
+
+
+def preference(weights) -> np.ndarray:
+    """A preference vector as the agent reads it: three finite weights >= 0, not all 0,
+    scaled to sum 1 (``100,60,40`` is ``0.5,0.3,0.2``)."""
+    w = check_weights(weights)
+    w = w / w.max()  # first, so that the sum of finite weights is finite
+    return w / w.sum()
 
 
 def parse_weights(text: str) -> np.ndarray:
     try:
-        return check_weights([float(x) for x in text.split(",")])
+        return preference([float(x) for x in text.split(",")])
     except ValueError:
         raise InputError(f"--weights: need three comma-separated numbers >= 0, not all 0; "
                          f"got {text!r}") from None
@@ -549,12 +563,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the upper level also builds its own plan where the lower "
                         "level places pairs (default: off; its plan only where the lower "
                         "level finds none or runs out of time)")
-    parser.add_argument("--samples", type=int, default=0)
+    parser.add_argument("--samples", type=integer_arg(0, MAX_SAMPLES), default=0,
+                        help=f"plans sampled from the policy (at most {MAX_SAMPLES})")
     parser.add_argument("--starts", action="store_true",
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
-    parser.add_argument("--polish", type=int, default=0,
+    parser.add_argument("--polish", type=integer_arg(0, MAX_POLISH), default=0,
                         help="rounds of local search on each plan (0: none)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the sampled episodes")
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--heatmap", type=Path, default=None, help="PNG of WAN traffic")
     parser.add_argument("--out", type=Path, default=None, help="write the plan JSON here")
@@ -578,12 +593,20 @@ def _decide(args: argparse.Namespace) -> None:
         name = str(err).split(" ")[0].removeprefix("budgets.")
         raise InputError(f"{flag.get(name, 'budgets')}: {str(err).split(' ', 1)[1]}") \
             from None
+    # both outputs checked before the decision; standard output carries the decision
+    inputs = [args.instance, args.checkpoint]
+    out = output_path(args.out, inputs, stdout=False)
+    picture = output_path(args.heatmap, inputs, flag="--heatmap", stdout=False)
+    if picture is not None and picture == out:
+        raise InputError(f"--heatmap {str(args.heatmap)!r} is also --out")
+    if picture is not None and picture.suffix.lower() != ".png":
+        raise InputError(f"--heatmap {str(args.heatmap)!r} must name a .png file")
     instance = Instance.load(args.instance)
     decision = Scheduler(args.checkpoint).decide(instance, weights, budgets, settings)
-    if args.out is not None:
-        write_json_atomic(args.out, decision.plan.to_dict(instance))
-    if args.heatmap is not None:
-        heatmap(instance, decision.plan, args.heatmap)
+    if picture is not None:
+        heatmap(instance, decision.plan, picture)
+    if out is not None:
+        write_json_atomic(out, decision.plan.to_dict(instance))
     print(json.dumps(decision.to_dict(instance), indent=1))
 
 

@@ -33,7 +33,17 @@ import numpy as np
 import torch
 import yaml
 
-from formulation.schema import CliParser, InputError, run_cli, write_json_atomic
+from formulation.outputs import output_path, write_atomic
+from formulation.schema import (
+    CliParser,
+    InputError,
+    check_integer,
+    check_number,
+    integer_arg,
+    read_text,
+    run_cli,
+    write_json_atomic,
+)
 from rl.env import ACTIONS, MAX_DOMAINS, OPTION, SOFT_CONSTRAINTS, Multipliers, PlanEnv
 from rl.features import CONTEXT, EDGE, NODE
 from rl.imitation import ImitationSettings, clone, demonstrations
@@ -43,6 +53,17 @@ from solvers.front import command_line, versions
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "hi_ppo.yaml"
 LOWER_MODULES = ("option_head", "split_head", "lower_value")
+
+
+# (least, most) of every numeric field of HiPPOConfig: integers where both are integers
+CONFIG_RANGES = {
+    "learning_rate": (1e-12, 1.0), "gamma": (0.0, 1.0), "gae_lambda": (0.0, 1.0),
+    "clip_coef": (0.0, 10.0), "ent_coef": (0.0, 10.0), "vf_coef": (0.0, 100.0),
+    "max_grad_norm": (1e-12, 1e6), "target_kl": (0.0, 10.0), "lagrange_lr": (0.0, 10.0),
+    "num_steps": (1, 10_000_000), "update_epochs": (1, 1000), "minibatch_size": (1, 10_000_000),
+    "upper_every": (1, 1000), "total_steps": (1, 10_000_000_000), "hidden": (1, 4096),
+    "eval_every": (1, 1_000_000), "eval_tasks": (1, 100_000),
+    "checkpoint_every": (1, 1_000_000), "seed": (0, 2 ** 32 - 1)}
 
 
 @dataclass
@@ -93,14 +114,35 @@ class HiPPOConfig:
     """Fields of :class:`rl.imitation.ImitationSettings`: clone demonstrations before PPO
     (None: start PPO from random weights)."""
 
+    def __post_init__(self):
+        for name, (low, high) in CONFIG_RANGES.items():
+            value = getattr(self, name)
+            if isinstance(low, int) and isinstance(high, int):
+                check_integer(value, name, low=low, high=high)
+            else:
+                check_number(value, name, low=low, high=high)
+        if self.minibatch_size > self.num_steps:
+            raise InputError(f"minibatch_size must be <= num_steps ({self.num_steps}), got "
+                             f"{self.minibatch_size}")
+        for name in ("tasks", "imitation"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) and not (name == "imitation" and value is None):
+                raise InputError(f"{name} must be a mapping of fields")
+
     @staticmethod
     def load(path: str | Path) -> HiPPOConfig:
         try:
-            document = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as err:
-            raise InputError(f"config {str(path)!r}: not YAML ({err})") from None
+            document = yaml.safe_load(read_text(path, "config")) or {}
+        except yaml.YAMLError as err:  # one line: the parser's own message spans several
+            raise InputError(f"config {str(path)!r}: not YAML ("
+                             f"{' '.join(str(err).split())})") from None
+        except RecursionError:
+            raise InputError(f"config {str(path)!r} is nested too deeply") from None
         if not isinstance(document, dict):
             raise InputError(f"config {str(path)!r}: must be a mapping of fields")
+        for name in ("tasks", "imitation"):
+            if document.get(name) is not None and not isinstance(document[name], dict):
+                raise InputError(f"config {str(path)!r}: {name} must be a mapping of fields")
         for fields, kind, spell in ((document, HiPPOConfig, repr),
                                     (document.get("tasks") or {}, TaskSettings,
                                      "tasks.{}".format),
@@ -111,9 +153,9 @@ class HiPPOConfig:
                 raise InputError(f"config {str(path)!r}: unknown field {spell(unknown[0])}")
         try:
             imitation_settings(document.get("imitation"))
-        except (TypeError, ValueError) as err:
+            return HiPPOConfig(**document)
+        except (TypeError, ValueError) as err:  # InputError included: a field out of range
             raise InputError(f"config {str(path)!r}: {err}") from None
-        return HiPPOConfig(**document)
 
 
 def imitation_settings(fields: dict | None) -> ImitationSettings | None:
@@ -273,10 +315,7 @@ def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list,
 
 def save_checkpoint(path: Path, payload: dict) -> None:
     """Write to a temporary file, then rename: never half a checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    torch.save(payload, temporary)
-    temporary.replace(path)
+    write_atomic(path, lambda temporary: torch.save(payload, temporary))
 
 
 def train(config: HiPPOConfig, out: Path, resume: bool = False,
@@ -407,13 +446,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--out", type=Path, required=True, help="checkpoint to write")
     parser.add_argument("--resume", action="store_true", help="continue from --out")
-    parser.add_argument("--total-steps", type=int, default=None)
+    parser.add_argument("--total-steps", type=integer_arg(1, 10_000_000_000), default=None)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     return run_cli(lambda: _train(args))
 
 
 def _train(args: argparse.Namespace) -> None:
+    # the checkpoint and its provenance beside it (OUT.json), checked before any work
+    args.out = output_path(args.out, inputs=[args.config], stdout=False)
+    if args.out.suffix == ".json":
+        raise InputError(f"--out {str(args.out)!r}: a checkpoint, not .json (its provenance "
+                         "is written beside it as OUT.json)")
+    output_path(args.out.with_suffix(".json"), inputs=[args.config], flag="--out (.json)")
     config = HiPPOConfig.load(args.config)
     if args.total_steps is not None:
         if args.total_steps < 1:

@@ -1,7 +1,7 @@
 """Audit every exact engine against brute force on random tiny instances of many variants.
 
     python scripts/audit_exact.py [--count 100] [--seed S] [--engines highs,cpsat,portfolio,labels]
-                                  [--threads 2] [--seeds baselines]
+                                  [--threads 2] [--seed-plans baselines]
 
 Draws ``--count`` instances from :func:`instances.tiny.audit_instance` with a generator
 seeded by ``--seed`` (default: a fresh one, printed so the run can be repeated), computes
@@ -28,7 +28,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--engines", default="highs,cpsat,portfolio,labels")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seeds", default="baselines", help="the sweeps' seed plans")
+    parser.add_argument("--seed-plans", dest="seeds", default="baselines",
+                        help="the sweeps' seed plans")
     args = parser.parse_args()
     seed = secrets.randbits(32) if args.seed is None else args.seed
     engines = tuple(args.engines.split(","))

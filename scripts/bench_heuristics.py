@@ -41,7 +41,8 @@ COVERAGE_EPS = 0.02
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="quick", choices=["quick", "bench"])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="a count: seeds 0..N-1 of each heuristic")
     parser.add_argument("--generations", type=int, default=Nsga2Settings.generations)
     parser.add_argument("--population", type=int, default=Nsga2Settings.population)
     parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation)

@@ -1,7 +1,7 @@
 """Hi-PPO decision latencies: cold start, after a bandwidth or load change, warm, a front.
 
     python scripts/bench_hippo.py [--checkpoint FILE] [--domains 20] [--model 70b]
-                                  [--seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
+                                  [--instance-seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
                                   [--lower-time S]
 
 On generated instances (the generator's full search space, one per topology and seed):
@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from formulation.schema import SEED
 from instances.generate import generate_instance
 from rl.decide import DEFAULT_CHECKPOINT, HIERARCHICAL, DecisionSettings, Scheduler
 from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
@@ -52,9 +53,10 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     parser.add_argument("--domains", type=int, default=20)
     parser.add_argument("--model", default="70b")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--instance-seeds", dest="seeds", type=int, nargs="+",
+                        default=[1, 2, 3], help="generator seeds of the instances")
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--pairs", type=int, default=HIERARCHICAL.pairs)
     parser.add_argument("--lower-time", type=float, default=HIERARCHICAL.lower_time)
     args = parser.parse_args()

@@ -9,6 +9,7 @@ import argparse
 
 import numpy as np
 
+from formulation.schema import SEED
 from instances.suites import suite_paths
 from instances.validation import compare_suite
 
@@ -18,7 +19,7 @@ def main() -> None:
     parser.add_argument("--suite", default="bench")
     parser.add_argument("--plans", type=int, default=8, help="random feasible plans per instance")
     parser.add_argument("--chains", type=int, default=4, help="fastest chain plans per instance")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     args = parser.parse_args()
     rows = compare_suite(suite_paths(args.suite), args.plans, args.chains, args.seed)
     errors = np.array([r.relative_error for r in rows])

@@ -14,6 +14,7 @@ import numpy as np
 
 from formulation.instance import Instance
 from formulation.result import evaluate
+from formulation.schema import SEED
 from instances.suites import reference_front_path, suite_paths
 from rl.env import PlanEnv, Task
 from rl.masks import PlanRules
@@ -29,7 +30,7 @@ def reachable(instance: Instance, front: Front) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     for suite in ("quick", "bench"):

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from formulation.instance import Instance
+from formulation.schema import SEED
 from instances.suites import FRONTS_DIR, SUITES_DIR
 from rl.decide import DEFAULT_CHECKPOINT, HIERARCHICAL, Scheduler
 from rl.lower import forget, place, search
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--exhaust", action="store_true")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     args = parser.parse_args()
     if args.exhaust:
         exhaust(args)

@@ -47,7 +47,8 @@ def main() -> None:
             def per_instance(key: str, group: list = group,
                              instances: list = instances) -> list[float]:
                 """The key's value per instance, its seeds averaged first."""
-                return [float(np.mean([r[key] for r in group if r["instance"] == name]))
+                return [float(np.mean([np.nan if r[key] is None else r[key]  # null: NaN
+                                       for r in group if r["instance"] == name]))
                         for name in instances]
 
             def mean(key: str, per_instance=per_instance) -> float:

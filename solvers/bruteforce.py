@@ -30,7 +30,8 @@ import numpy as np
 from formulation.batch import RECOMPUTE_CODE, PlanBatch
 from formulation.evaluator import evaluate_batch
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError, run_cli
+from formulation.outputs import output_path, report_stream
+from formulation.schema import CliParser, InputError, integer_arg, run_cli
 from solvers.front import Front, FrontPoint, command_line, nondominated_mask, versions
 
 DEFAULT_LIMIT = 5_000_000
@@ -223,7 +224,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Exact Pareto front of a tiny instance by evaluating every plan.")
     parser.add_argument("instance", type=Path, help="instance JSON file")
     parser.add_argument("--out", type=Path, required=True, help="front JSON file to write")
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+    parser.add_argument("--quiet", action="store_true", help="no report line")
+    parser.add_argument("--limit", type=integer_arg(1, 100_000_000), default=DEFAULT_LIMIT,
                         help="refuse instances with more plans (default %(default)s)")
     return parser
 
@@ -235,13 +237,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.out = output_path(args.out, inputs=[args.instance])
     instance = Instance.load(args.instance)
     front = brute_force_front(instance, args.limit, command=command_line("solvers.bruteforce"))
     front.save(args.out, instance)
     p = front.provenance
     print(f"{instance.name}: {len(front.points)} front points from {p['plans_evaluated']:,} "
           f"plans ({p['feasible_plans']:,} feasible) in {p['wall_time_s']:.2f} s, "
-          f"written to {args.out}")
+          f"written to {args.out}", file=report_stream(args.out, args.quiet))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Exact Pareto fronts: ``python -m solvers.exact``.
 
     python -m solvers.exact INSTANCE.json --out FRONT.json [--engine NAME] [--threads N]
-        [--time-limit S] [--solve-limit S] [--gap G] [--seeds none|fast|baselines|nsga2]
+        [--time-limit S] [--solve-limit S] [--gap G] [--seed-plans none|fast|baselines|nsga2]
         [--seed-front FRONT.json]
         [--units U] [--workers W | --scheduler ADDRESS] [--resume] [--export mps|lp]
     python -m solvers.exact --suite quick|bench|full --out DIR [...] [--jobs N] [--match TEXT]
@@ -10,7 +10,7 @@
 The epsilon-constraint sweep (:mod:`solvers.epsilon`) runs on the registered engine
 (:data:`solvers.engine.ENGINES`); each claim an engine makes is certified
 (:mod:`solvers.certify`) before it prunes a pair or closes a step. The sweep starts from the
-plans of fast heuristics (``--seeds``: the baselines, only those that take seconds, or the
+plans of fast heuristics (``--seed-plans``: the baselines, only those that take seconds, or the
 baselines and NSGA-II) and of an earlier front (``--seed-front``), which warm-start the
 solves and refute false claims.
 
@@ -52,8 +52,18 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
+from formulation.outputs import output_path
 from formulation.plan import Plan
-from formulation.schema import CliParser, InputError, read_json, run_cli, write_json_atomic
+from formulation.schema import (
+    MAX_WORKERS,
+    CliParser,
+    InputError,
+    integer_arg,
+    number_arg,
+    read_json,
+    run_cli,
+    write_json_atomic,
+)
 from solvers.bounds import PairBounds
 from solvers.certify import TOLERANCE, Certifier, KnownPlans
 from solvers.engine import ENGINES, NO_CAP, EngineStatistics, Solve, SolveRequest, make_engine
@@ -101,7 +111,7 @@ class ExactSettings:
         if self.engine not in ENGINES:
             raise InputError(f"--engine must be one of {sorted(ENGINES)}, got {self.engine!r}")
         if self.seeds not in SEED_KINDS:
-            raise InputError(f"--seeds must be one of {list(SEED_KINDS)}, got {self.seeds!r}")
+            raise InputError(f"--seed-plans must be one of {list(SEED_KINDS)}, got {self.seeds!r}")
         if self.units < 1 or self.threads < 1:
             raise InputError("--units and --threads must be >= 1")
         for name in ("time_limit", "solve_limit"):
@@ -434,23 +444,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True,
                         help="front JSON (one instance) or directory (--suite)")
     parser.add_argument("--engine", default=DEFAULT_ENGINE, help=f"one of {sorted(ENGINES)}")
-    parser.add_argument("--time-limit", type=float, default=None,
+    parser.add_argument("--time-limit", type=number_arg(0, low_open=True), default=None,
                         help="seconds for the whole front; past it the front is best_known "
                              "and --resume continues it")
-    parser.add_argument("--solve-limit", type=float, default=None,
+    parser.add_argument("--solve-limit", type=number_arg(0, low_open=True), default=None,
                         help="seconds per solve; a sweep continues from incumbents (best_known)")
-    parser.add_argument("--gap", type=float, default=0.0,
+    parser.add_argument("--gap", type=number_arg(0.0, 0.999), default=0.0,
                         help="relative gap at which a step stops (default 0: exact); the "
                              "front is then best_known with every point's gap <= GAP")
-    parser.add_argument("--threads", type=int, default=2,
+    parser.add_argument("--threads", type=integer_arg(1, 256), default=2,
                         help="HiGHS threads and CP-SAT workers per engine (CP-SAT: >= 2)")
-    parser.add_argument("--seeds", default="baselines", help=f"one of {list(SEED_KINDS)}")
+    parser.add_argument("--seed-plans", dest="seeds", default="baselines",
+                        help=f"the plans that seed the sweep: one of {list(SEED_KINDS)}")
     parser.add_argument("--seed-front", type=Path, default=None,
                         help="a front JSON whose plans join the seeds (with --suite: a "
                              "directory of INSTANCE.front.json)")
-    parser.add_argument("--units", type=int, default=None,
+    parser.add_argument("--units", type=integer_arg(1, 100_000), default=None,
                         help="GPU intervals the sweep is cut into (default: --workers)")
-    parser.add_argument("--workers", type=int, default=1, help="local processes for the units")
+    parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS), default=1,
+                        help="local processes for the units")
     parser.add_argument("--scheduler", default=None,
                         help="run the units on this Dask scheduler instead")
     parser.add_argument("--resume", action="store_true",
@@ -460,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --suite: only instances whose name contains this (repeatable)")
     parser.add_argument("--skip-existing", action="store_true",
                         help="with --suite: keep fronts already in --out")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=integer_arg(1, MAX_WORKERS), default=1,
                         help="with --suite: fronts computed in parallel processes, largest K first")
     parser.add_argument("--verbose", action="store_true", help="print each point found")
     args = parser.parse_args(argv)
@@ -471,11 +483,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> None:
     command = command_line("solvers.exact")
-    if args.workers < 1 or (args.units is not None and args.units < 1):
-        raise InputError("--workers and --units must be >= 1")
     if args.instance is not None:
+        # the state file beside it is the run's own (--resume reads it back)
+        out = output_path(args.out, inputs=[args.instance, args.seed_front], stdout=False)
         try:
-            _run_one(args.instance, args.out, args, command)
+            _run_one(args.instance, out, args, command)
         except ConnectionError as err:
             raise InputError(str(err)) from None
         return
@@ -485,14 +497,26 @@ def _run(args: argparse.Namespace) -> None:
         raise InputError(f"--suite must be one of {list(SUITES)}, got {args.suite!r}")
     if args.jobs < 1:
         raise InputError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"--out {str(args.out)!r} is a file: with --suite it is the "
+                         "directory of the fronts")
+    if not args.out.resolve().parent.is_dir():
+        raise InputError(f"--out {str(args.out)!r}: directory "
+                         f"{str(args.out.resolve().parent)!r} does not exist")
     todo = []
+    matched = False
     for path in suite_paths(args.suite):
         out = args.out / f"{path.stem}.front.json"
         if args.match and not any(m in path.stem for m in args.match):
             continue
+        matched = True
         if args.skip_existing and out.exists() and not state_path(out).exists():
             continue
         todo.append((path, out))
+    if not matched:
+        raise InputError(f"--match {' '.join(args.match)}: no instance of suite "
+                         f"{args.suite!r} matches")
+    args.out.mkdir(exist_ok=True)  # a directory output: made, its parent must exist
     if args.jobs == 1:
         for path, out in todo:
             _run_one(path, out, args, command)

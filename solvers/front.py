@@ -25,10 +25,11 @@ import numpy as np
 from formulation.evaluator import OBJECTIVES
 from formulation.families import AnyPlan, plan_from_dict, score
 from formulation.instance import Instance
-from formulation.schema import InputError, Reader, read_json, write_json_atomic
+from formulation.schema import InputError, Reader, check_number, read_json, write_json_atomic
 
 FRONT_SCHEMA = "xdsched.front/2"
 READABLE_SCHEMAS = ("xdsched.front/1", FRONT_SCHEMA)  # /1: the gap was called "mip_gap"
+OBJECTIVE_TOLERANCE = 1e-6  # relative: a stored objective against its plan's evaluation
 STATUSES = ("exact", "best_known", "heuristic")
 POINT_STATUSES = ("optimal", "unproven", "heuristic")
 
@@ -184,6 +185,8 @@ class Front:
             objectives = pr.raw("objectives")
             if not (isinstance(objectives, list) and len(objectives) == 3):
                 raise InputError(f"{where}.objectives must be a list of 3 numbers")
+            objectives = [check_number(x, f"{where}.objectives[{i}]", low=0)
+                          for i, x in enumerate(objectives)]
             gap = pr.raw("gap" if schema == FRONT_SCHEMA else "mip_gap", None)
             bound = pr.raw("bound", None)
             status = pr.string("status", None, choices=POINT_STATUSES)
@@ -191,13 +194,48 @@ class Front:
             pr.finish()
             return FrontPoint(tuple(float(x) for x in objectives), plan, gap, bound, status)
 
-        front = Front(instance=r.string("instance"),
-                      status=r.string("status", choices=STATUSES),
+        name = r.string("instance")
+        if instance is not None and name != instance.name:
+            raise InputError(f"instance is {name!r}, but the front is read for instance "
+                             f"{instance.name!r}")
+        front = Front(instance=name, status=r.string("status", choices=STATUSES),
                       points=r.items("points", point),
                       provenance=r.raw("provenance", {}),
-                      normalisation=r.raw("normalisation", None))
+                      normalisation=_normalisation(r.raw("normalisation", None)))
         r.finish()
+        if instance is not None:
+            front.check_objectives(instance)
         return front
+
+    def check_objectives(self, instance: Instance) -> None:
+        """Every point's stored objectives are its plan's, re-evaluated (to a relative
+        ``OBJECTIVE_TOLERANCE``): a front is never scored on numbers its plans do not give."""
+        if not self.points:
+            return
+        stored = np.array([p.objectives for p in self.points])
+        evaluated, _ = score(instance, [p.plan for p in self.points])
+        wrong = ~np.isclose(stored, evaluated, rtol=OBJECTIVE_TOLERANCE, atol=0.0)
+        if wrong.any():
+            i, j = np.argwhere(wrong)[0]
+            raise InputError(f"points[{i}].objectives[{j}] is {stored[i, j]:.9g}, but its plan "
+                             f"evaluates to {evaluated[i, j]:.9g}")
+
+
+def _normalisation(value: Any) -> Any:
+    """The stored hypervolume normalisation, if any: ideal, nadir and reference points of
+    three finite numbers each, and the rule that made the reference."""
+    if value is None:
+        return None
+    r = Reader(value, "normalisation")
+    for key in ("ideal", "nadir", "hv_reference"):
+        point = r.raw(key)
+        if not isinstance(point, list) or len(point) != 3:
+            raise InputError(f"normalisation.{key} must be a list of 3 numbers")
+        for i, x in enumerate(point):
+            check_number(x, f"normalisation.{key}[{i}]")
+    r.string("hv_reference_rule", "")
+    r.finish()
+    return value
 
 
 def versions() -> dict[str, str]:

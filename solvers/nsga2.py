@@ -2,7 +2,7 @@
 
     python -m solvers.nsga2 INSTANCE.json --out FRONT.json [--seed S] [--generations N]
                             [--population N] [--mutation structure|reset|polynomial]
-                            [--descent N] [--seeds baselines|none] [--islands N]
+                            [--descent N] [--seed-plans baselines|none] [--islands N]
                             [--verbose]
 
 The genome is :class:`~solvers.encoding.PlanEncoding` (pair, stage count, and per stage a
@@ -56,8 +56,9 @@ from pymoo.optimize import minimize
 
 from formulation.evaluator import VIOLATIONS, cost_model, evaluate_batch
 from formulation.instance import Instance
+from formulation.outputs import output_path, report_stream
 from formulation.plan import Plan
-from formulation.schema import CliParser, InputError, read_json, run_cli
+from formulation.schema import SEED, CliParser, integer_arg, read_json, run_cli
 from solvers.encoding import PlanEncoding
 from solvers.front import (
     Front,
@@ -369,15 +370,19 @@ def main(argv: list[str] | None = None) -> int:
                        description="Heuristic Pareto front of an instance by NSGA-II.")
     parser.add_argument("instance", type=Path, help="instance JSON")
     parser.add_argument("--out", type=Path, required=True, help="front JSON to write")
-    parser.add_argument("--seed", type=int, default=Nsga2Settings.seed)
-    parser.add_argument("--generations", type=int, default=Nsga2Settings.generations)
-    parser.add_argument("--population", type=int, default=Nsga2Settings.population)
+    parser.add_argument("--quiet", action="store_true", help="no report line")
+    parser.add_argument("--seed", type=SEED, default=Nsga2Settings.seed)
+    parser.add_argument("--generations", type=integer_arg(1, 1_000_000),
+                        default=Nsga2Settings.generations)
+    parser.add_argument("--population", type=integer_arg(2, 100_000),
+                        default=Nsga2Settings.population)
     parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation)
-    parser.add_argument("--descent", type=int, default=Nsga2Settings.descent,
+    parser.add_argument("--descent", type=integer_arg(0, 100_000),
+                        default=Nsga2Settings.descent,
                         help="plans the final Pareto descent expands (0: none)")
-    parser.add_argument("--seeds", choices=SEEDS, default=Nsga2Settings.seeds,
+    parser.add_argument("--seed-plans", dest="seeds", choices=SEEDS, default=Nsga2Settings.seeds,
                         help="the first population's seed plans")
-    parser.add_argument("--islands", type=int, default=Nsga2Settings.islands,
+    parser.add_argument("--islands", type=integer_arg(1, 64), default=Nsga2Settings.islands,
                         help="independent searches, one process each (seeds S, S+1, ...)")
     parser.add_argument("--verbose", action="store_true", help="hypervolume per generation")
     args = parser.parse_args(argv)
@@ -385,9 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
-    if args.generations < 1 or args.population < 2 or args.descent < 0 or args.islands < 1:
-        raise InputError("--generations must be >= 1, --population >= 2, --descent >= 0 and "
-                         "--islands >= 1")
+    args.out = output_path(args.out, inputs=[args.instance])
     instance = Instance.load(args.instance)
     settings = Nsga2Settings(population=args.population, generations=args.generations,
                              seed=args.seed, mutation=args.mutation, descent=args.descent,
@@ -398,7 +401,8 @@ def _run(args: argparse.Namespace) -> None:
     hv = front.provenance["hypervolume_after_descent"]
     print(f"{instance.name}: {len(front.points)} points, hypervolume {hv:.4f} "
           f"({front.provenance['evaluations']} evaluations, "
-          f"{front.provenance['wall_time_s']:.1f} s) -> {args.out}")
+          f"{front.provenance['wall_time_s']:.1f} s) -> {args.out}",
+          file=report_stream(args.out, args.quiet))
 
 
 if __name__ == "__main__":

@@ -48,9 +48,9 @@ def _on_dask(function: Callable[[Any], Any], tasks: Sequence[Any], scheduler: st
 
     try:
         client = Client(scheduler, timeout=f"{connect_timeout_s}s")
-    except (OSError, TimeoutError) as err:
+    except (OSError, TimeoutError, ValueError, TypeError) as err:  # unreachable, malformed
         raise ConnectionError(f"--scheduler: cannot reach a Dask scheduler at {scheduler!r} "
-                              f"({err})") from None
+                              f"({' '.join(str(err).split())})") from None
     with client:
         futures = client.map(function, list(tasks), pure=False)
         position = {future.key: i for i, future in enumerate(futures)}

@@ -219,6 +219,7 @@ def test_limit_refuses_with_count(tiny: Instance) -> None:
 def test_cli_writes_front(tiny: Instance, tmp_path: Path) -> None:
     source, out = tmp_path / "tiny.json", tmp_path / "out" / "front.json"
     tiny.save(source)
+    out.parent.mkdir()  # an output's directory must exist (nothing is created silently)
     done = subprocess.run([sys.executable, "-m", "solvers.bruteforce", str(source),
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

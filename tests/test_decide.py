@@ -124,6 +124,16 @@ def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: 
         DecisionSettings(pairs=-1)
 
 
+def test_a_preference_is_its_direction(checkpoint: Path, instance: Instance):
+    scheduler = Scheduler(checkpoint)
+    settings = DecisionSettings(samples=1, seed=4)
+    a = scheduler.decide(instance, (0.5, 0.3, 0.2), settings=settings)
+    b = scheduler.decide(instance, (100, 60, 40), settings=settings)
+    c = scheduler.decide(instance, (1e308, 6e307, 4e307), settings=settings)
+    assert a.plan == b.plan == c.plan
+    assert np.allclose(b.weights, (0.5, 0.3, 0.2)) and np.allclose(c.weights, (0.5, 0.3, 0.2))
+
+
 def test_a_link_change_is_placed_by_the_new_links(checkpoint: Path, instance: Instance):
     # the masks' rules outlive a bandwidth change; the lower level's delays must not
     slow = instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps * 0.05)

@@ -266,7 +266,7 @@ def test_resume_continues_a_run_that_hit_its_time_limit(tmp_path, scaleout):
     assert before  # the state of the first run was read, not rewritten in between
 
 
-@pytest.mark.parametrize("args", [["--resume"], ["--seeds", "all"], ["--units", "0"],
+@pytest.mark.parametrize("args", [["--resume"], ["--seed-plans", "all"], ["--units", "0"],
                                   ["--scheduler", "tcp://127.0.0.1:9"],
                                   ["--time-limit", "-1"], ["--seed-front", "missing.json"],
                                   ["--seed-front", str(FRONTS / "quick" /

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from formulation.instance import Instance
-from formulation.schema import CliParser, InputError, run_cli
+from formulation.outputs import output_path, report_stream
+from formulation.schema import SEED, CliParser, integer_arg, run_cli
 from solvers.baselines import METHODS, baseline_front
 from solvers.baselines.diloco import DEFAULT_SYNC_EVERY
 from solvers.baselines.dtfm import GaSettings
@@ -25,20 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("instance", type=Path, help="instance JSON")
     parser.add_argument("--method", required=True, choices=list(METHODS))
     parser.add_argument("--out", type=Path, required=True, help="front JSON to write")
-    parser.add_argument("--seed", type=int, default=0, help="dtfm: seed of the GA")
-    parser.add_argument("--sync-every", type=int, default=DEFAULT_SYNC_EVERY,
+    parser.add_argument("--quiet", action="store_true", help="no report line")
+    parser.add_argument("--seed", type=SEED, default=0, help="dtfm: seed of the GA")
+    parser.add_argument("--sync-every", type=integer_arg(1, 1_000_000), default=DEFAULT_SYNC_EVERY,
                         help="diloco: inner steps between WAN syncs (H)")
-    parser.add_argument("--beam", type=int, default=DEFAULT_BEAM,
+    parser.add_argument("--beam", type=integer_arg(1, 100_000), default=DEFAULT_BEAM,
                         help="sailor: region chains kept per length")
     args = parser.parse_args(argv)
     return run_cli(lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> None:
-    if args.sync_every < 1:
-        raise InputError(f"--sync-every must be >= 1, got {args.sync_every}")
-    if args.beam < 1:
-        raise InputError(f"--beam must be >= 1, got {args.beam}")
+    args.out = output_path(args.out, inputs=[args.instance])
     instance = Instance.load(args.instance)
     options = {"dtfm": {"settings": GaSettings(seed=args.seed)},
                "diloco": {"sync_every": args.sync_every},
@@ -49,7 +48,8 @@ def _run(args: argparse.Namespace) -> None:
     print(f"{instance.name}: {args.method}: {len(front.points)} front points from "
           f"{provenance['decisions']} decisions ({provenance['candidates_scored']} plans "
           f"scored, {len(provenance['infeasible_decisions'])} infeasible) in "
-          f"{provenance['wall_time_s']:.2f} s -> {args.out}")
+          f"{provenance['wall_time_s']:.2f} s -> {args.out}",
+          file=report_stream(args.out, args.quiet))
 
 
 if __name__ == "__main__":
