@@ -130,10 +130,11 @@ DESCRIPTIONS = {
     "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
     "hippo": "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets "
              "at each GPU level) and one plan per suite preference (rl.decide); each "
-             "decision: the policy's plan and the lower level's (exact DP) for the "
-             "--hippo-pairs pairs it ranks first, then, in its order within --hippo-lower-time, "
-             "every pair a DP run cannot prove slower; --hippo-samples adds sampled plans, "
-             "--hippo-polish their local-search optima",
+             "decision: the lower level's plans (exact DP) for the --hippo-pairs pairs the "
+             "policy ranks first, then, in its order within --hippo-lower-time, every pair a "
+             "DP run cannot prove slower, and the policy's own plan where the lower level "
+             "finds none or runs out of time (always with --hippo-policy-plan); "
+             "--hippo-samples adds sampled plans, --hippo-polish their local-search optima",
 }
 METHODS: dict[str, Method] = {
     # The committed exact front, scored like a method so that every table shows what the

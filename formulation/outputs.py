@@ -63,6 +63,15 @@ def _same(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
+def _in_a_directory(value: str | Path, flag: str) -> Path:
+    """``value`` with links resolved, whose directory exists (nothing is created)."""
+    target = Path(value).resolve()
+    if not target.parent.is_dir():
+        raise InputError(f"{flag} {str(value)!r}: directory {str(target.parent)!r} "
+                         "does not exist")
+    return target
+
+
 def output_path(value: str | Path | None, inputs: Iterable[str | Path | None] = (),
                 flag: str = "--out", stdout: bool = True) -> Path | None:
     """The checked destination of an output file (module doc): None for None,
@@ -79,10 +88,7 @@ def output_path(value: str | Path | None, inputs: Iterable[str | Path | None] = 
     if kind is not None:
         raise InputError(f"{flag} {str(value)!r} is {kind}, not a regular file: "
                          "refusing to replace it")
-    target = path.resolve()
-    if not target.parent.is_dir():
-        raise InputError(f"{flag} {str(value)!r}: directory {str(target.parent)!r} "
-                         "does not exist")
+    target = _in_a_directory(value, flag)
     for source in inputs:
         if source is not None and Path(source).exists() and _same(Path(source), target):
             raise InputError(f"{flag} {str(value)!r} is an input of this run: refusing to "
@@ -97,10 +103,7 @@ def output_directory(value: str | Path, inputs: Iterable[str | Path | None] = ()
     if path.is_symlink() and not path.exists() or path.exists() and not path.is_dir():
         raise InputError(f"{flag} {str(value)!r} is {_describe(path) or 'a file'}, "
                          "not a directory")
-    target = path.resolve()
-    if not target.parent.is_dir():
-        raise InputError(f"{flag} {str(value)!r}: directory {str(target.parent)!r} "
-                         "does not exist")
+    target = _in_a_directory(value, flag)
     for source in inputs:
         if source is None:
             continue
