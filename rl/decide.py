@@ -174,6 +174,12 @@ class Scheduler:
         except (KeyError, TypeError, RuntimeError) as err:
             raise InputError(f"checkpoint {str(checkpoint)!r}: not a Hi-PPO checkpoint "
                              f"({type(err).__name__})") from None
+        broken = next((name for name, tensor in self.policy.state_dict().items()
+                       if tensor.is_floating_point() and not torch.isfinite(tensor).all()),
+                      None)
+        if broken is not None:  # a diverged run: never scored as a policy
+            raise InputError(f"checkpoint {str(checkpoint)!r}: weights {broken} are not "
+                             "finite")
         self.policy.eval()
         # decisions only: the same graph within a segment is encoded once
         self.policy.encoder = CachedEncoder(self.policy.encoder)

@@ -124,6 +124,18 @@ def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: 
         DecisionSettings(pairs=-1)
 
 
+def test_a_checkpoint_of_nan_weights_is_refused(checkpoint: Path, tmp_path: Path):
+    import torch
+
+    payload = torch.load(checkpoint, weights_only=True)
+    name = next(iter(payload["policy"]))
+    payload["policy"][name] = torch.full_like(payload["policy"][name], float("nan"))
+    broken = tmp_path / "nan.pt"
+    torch.save(payload, broken)
+    with pytest.raises(InputError, match=f"weights {name} are not finite"):
+        Scheduler(broken)
+
+
 def test_a_preference_is_its_direction(checkpoint: Path, instance: Instance):
     scheduler = Scheduler(checkpoint)
     settings = DecisionSettings(samples=1, seed=4)
