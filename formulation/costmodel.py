@@ -288,12 +288,26 @@ class CostModel:
         return self.activation_bytes(b) * np.where(same_domain, 1, dp)
 
     def boundary_occupancy(self, k_from, k_to, b, dp):
-        """Seconds a link is busy per micro-batch and direction (a lower bound on P)."""
-        return self.boundary_bytes(b, dp, k_from == k_to) / self.link_bandwidth(k_from, k_to)
+        """Seconds the busier direction of a boundary's link is busy per micro-batch (a lower
+        bound on P): activations cross ``k_from -> k_to``, gradients ``k_to -> k_from``, the
+        same bytes each, each direction its own channel at its own bandwidth."""
+        size = self.boundary_bytes(b, dp, k_from == k_to)
+        return np.maximum(size / self.link_bandwidth(k_from, k_to),
+                          size / self.link_bandwidth(k_to, k_from))
 
     def boundary_delay(self, k_from, k_to, b, dp):
-        """delta = A / B + L for one micro-batch crossing between consecutive stages."""
-        return self.boundary_occupancy(k_from, k_to, b, dp) + self.link_latency(k_from, k_to)
+        """delta: the mean of a micro-batch's two crossings, ``A / B + L`` on each direction
+        (activations forward, gradients backward), so that the two take ``2 delta`` (SPEC
+        3.1). Equal to ``A / B + L`` on a symmetric link, to the last bit."""
+        size = self.boundary_bytes(b, dp, k_from == k_to)
+        forward = size / self.link_bandwidth(k_from, k_to) + self.link_latency(k_from, k_to)
+        backward = size / self.link_bandwidth(k_to, k_from) + self.link_latency(k_to, k_from)
+        return (forward + backward) / 2
+
+    def boundary_price(self, k_from, k_to):
+        """USD per GB of a boundary's traffic: the mean of the two directions' prices (the
+        same GB cross each way). Array-friendly."""
+        return (self.price[k_from, k_to] + self.price[k_to, k_from]) / 2
 
     def boundary_traffic_gb(self, k_from, k_to, b, dp, m):
         """GB crossing a WAN boundary per step: activations forward, gradients backward."""
@@ -302,7 +316,7 @@ class CostModel:
 
     def boundary_cost(self, k_from, k_to, b, dp, m):
         """USD per step for the boundary: 2 m r A p_ij (SPEC section 4). Array-friendly."""
-        return self.boundary_traffic_gb(k_from, k_to, b, dp, m) * self.price[k_from, k_to]
+        return self.boundary_traffic_gb(k_from, k_to, b, dp, m) * self.boundary_price(k_from, k_to)
 
     # -- data-parallel all-reduce and optimizer ---------------------------------------------
     def allreduce_coefficients(self, domain, t, dp):
@@ -340,7 +354,7 @@ class CostModel:
         return (float(self.boundary_occupancy(k_from, k_to, b, dp)),
                 float(self.boundary_delay(k_from, k_to, b, dp)),
                 float(self.boundary_traffic_gb(k_from, k_to, b, dp, 1.0)),
-                float(self.price[k_from, k_to]) if k_from != k_to else 0.0)
+                float(self.boundary_price(k_from, k_to)) if k_from != k_to else 0.0)
 
     @_cached
     def allreduce_seconds(self, domain: int, params: int, t: int, dp: int) -> float:

@@ -33,19 +33,22 @@ def pipeline_spec(instance: Instance, plan: Plan, start_time_s: float = 0.0,
                         + edge_backward)
     k_from = np.array([s.domain for s in plan.stages[:-1]], dtype=np.int64)
     k_to = np.array([s.domain for s in plan.stages[1:]], dtype=np.int64)
-    bandwidth_factor = latency_factor = None
+    factors = {}
     trace = instance.trace
     if use_trace and trace is not None:
         wan = k_from != k_to
-        bandwidth_factor = np.where(wan, trace.bandwidth_factor[:, k_from, k_to], 1.0)
-        latency_factor = np.where(wan, trace.latency_factor[:, k_from, k_to], 1.0)
+        for prefix, a, z in (("", k_from, k_to), ("backward_", k_to, k_from)):
+            factors[prefix + "bandwidth_factor"] = np.where(
+                wan, trace.bandwidth_factor[:, a, z], 1.0)
+            factors[prefix + "latency_factor"] = np.where(wan, trace.latency_factor[:, a, z], 1.0)
     return PipelineSpec(
         forward_s=np.array(forward), backward_s=np.array(backward),
         transfer_bytes=np.asarray(cm.boundary_bytes(b, dp, k_from == k_to), dtype=float),
         bandwidth_Bps=np.asarray(cm.link_bandwidth(k_from, k_to), dtype=float),
         latency_s=np.asarray(cm.link_latency(k_from, k_to), dtype=float),
-        num_micro_batches=instance.training.global_batch // (dp * b),
-        bandwidth_factor=bandwidth_factor, latency_factor=latency_factor,
+        backward_bandwidth_Bps=np.asarray(cm.link_bandwidth(k_to, k_from), dtype=float),
+        backward_latency_s=np.asarray(cm.link_latency(k_to, k_from), dtype=float),
+        num_micro_batches=instance.training.global_batch // (dp * b), **factors,
         interval_s=trace.interval_s if trace is not None else 1.0, start_time_s=start_time_s)
 
 

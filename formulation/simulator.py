@@ -17,8 +17,10 @@ Semantics
   backward(u) it sends ``transfer_bytes[i]`` back to stage i. Each direction of each boundary is
   its own FIFO channel: a message starts at max(ready, channel free), occupies the channel while
   its bytes drain at the current rate ``bandwidth_Bps[i] * bandwidth_factor[k, i]`` (the rate may
-  change at interval boundaries), and arrives ``latency_s[i] * latency_factor[k', i]`` after the
-  drain ends, k' being the interval holding the end time. Latency does not occupy the channel.
+  change at interval boundaries; the gradients' direction has its own ``backward_*`` rate,
+  latency and factors where the link is asymmetric), and arrives
+  ``latency_s[i] * latency_factor[k', i]`` after the drain ends, k' being the interval
+  holding the end time. Latency does not occupy the channel.
 * Interval k covers trace time [k * interval_s, (k + 1) * interval_s), trace time being simulated
   time + ``start_time_s``; after the last interval the last factors hold. Bandwidth factors may be
   0 (an outage stalls the channel) except in the last interval, where they must be positive.
@@ -51,13 +53,18 @@ class PipelineSpec:
     forward_s: np.ndarray  # (S,) per-micro-batch forward time per stage, front to back
     backward_s: np.ndarray  # (S,) per-micro-batch backward time (including recompute)
     transfer_bytes: np.ndarray  # (S-1,) bytes across boundary i per micro-batch, each direction
-    bandwidth_Bps: np.ndarray  # (S-1,) base bandwidth of boundary i, per direction
-    latency_s: np.ndarray  # (S-1,) base one-way latency of boundary i
+    bandwidth_Bps: np.ndarray  # (S-1,) base bandwidth of boundary i, forward (activations)
+    latency_s: np.ndarray  # (S-1,) base one-way latency of boundary i, forward
     num_micro_batches: int  # m
     bandwidth_factor: np.ndarray | None = None  # (T, S-1) multiplies bandwidth_Bps per interval
     latency_factor: np.ndarray | None = None  # (T, S-1) multiplies latency_s per interval
     interval_s: float = 1.0
     start_time_s: float = 0.0  # trace time at which the step starts
+    # the backward direction (gradients), where the link is asymmetric; None: as forward
+    backward_bandwidth_Bps: np.ndarray | None = None
+    backward_latency_s: np.ndarray | None = None
+    backward_bandwidth_factor: np.ndarray | None = None
+    backward_latency_factor: np.ndarray | None = None
 
 
 class OpRecord(NamedTuple):
@@ -112,17 +119,24 @@ def _validate(spec: PipelineSpec) -> tuple[np.ndarray, ...]:
     fwd = _vector("forward_s", fwd, s, 0.0, strict=False)
     bwd = _vector("backward_s", spec.backward_s, s, 0.0, strict=False)
     size = _vector("transfer_bytes", spec.transfer_bytes, s - 1, 0.0, strict=False)
-    bw = _vector("bandwidth_Bps", spec.bandwidth_Bps, s - 1, 0.0, strict=True)
-    lat = _vector("latency_s", spec.latency_s, s - 1, 0.0, strict=False)
-    bw_f = _factors("bandwidth_factor", spec.bandwidth_factor, s - 1)
-    lat_f = _factors("latency_factor", spec.latency_factor, s - 1)
-    if bw_f is not None and (bw_f[-1] <= 0).any():
-        raise ValueError("bandwidth_factor last row must be > 0 (it holds forever)")
+    directions = []
+    for prefix in ("", "backward_"):
+        def field(name: str, prefix: str = prefix):  # the backward one defaults to forward
+            value = getattr(spec, prefix + name)
+            return getattr(spec, name) if value is None else value
+        bw = _vector(prefix + "bandwidth_Bps", field("bandwidth_Bps"), s - 1, 0.0, strict=True)
+        lat = _vector(prefix + "latency_s", field("latency_s"), s - 1, 0.0, strict=False)
+        bw_f = _factors(prefix + "bandwidth_factor", field("bandwidth_factor"), s - 1)
+        lat_f = _factors(prefix + "latency_factor", field("latency_factor"), s - 1)
+        if bw_f is not None and (bw_f[-1] <= 0).any():
+            raise ValueError(f"{prefix}bandwidth_factor last row must be > 0 (it holds "
+                             "forever)")
+        directions.append((bw, lat, bw_f, lat_f))
     if not (math.isfinite(spec.interval_s) and spec.interval_s > 0):
         raise ValueError(f"interval_s must be finite and > 0, got {spec.interval_s!r}")
     if not (math.isfinite(spec.start_time_s) and spec.start_time_s >= 0):
         raise ValueError(f"start_time_s must be finite and >= 0, got {spec.start_time_s!r}")
-    return fwd, bwd, size, bw, lat, bw_f, lat_f
+    return fwd, bwd, size, directions[0], directions[1]
 
 
 def _stage_ops(stage: int, stages: int, m: int) -> list[tuple[str, int]]:
@@ -183,10 +197,12 @@ class _Channel:
 
 def simulate_pipeline(spec: PipelineSpec, record: bool = False) -> SimulationResult:
     """Simulate one 1F1B step; with `record`, also return per-op (stage, u, kind, start, end)."""
-    fwd, bwd, size, bw, lat, bw_f, lat_f = _validate(spec)
+    fwd, bwd, size, forward, backward = _validate(spec)
     s, m = fwd.size, int(spec.num_micro_batches)
-    fwd_ch = [_Channel(i, size[i], bw[i], lat[i], bw_f, lat_f, spec) for i in range(s - 1)]
-    bwd_ch = [_Channel(i, size[i], bw[i], lat[i], bw_f, lat_f, spec) for i in range(s - 1)]
+    fwd_ch = [_Channel(i, size[i], forward[0][i], forward[1][i], forward[2], forward[3], spec)
+              for i in range(s - 1)]
+    bwd_ch = [_Channel(i, size[i], backward[0][i], backward[1][i], backward[2], backward[3],
+                       spec) for i in range(s - 1)]
     # act_arrival[i][u]: activation of u available at stage i; grad_arrival likewise for gradients.
     nan = float("nan")
     act_arrival = [[0.0] * m] + [[nan] * m for _ in range(s - 1)]

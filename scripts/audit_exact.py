@@ -1,7 +1,7 @@
 """Audit every exact engine against brute force on random tiny instances of many variants.
 
     python scripts/audit_exact.py [--count 100] [--seed S] [--engines highs,cpsat,portfolio,labels]
-                                  [--threads 2] [--seed-plans baselines]
+                                  [--threads 2] [--seed-plans baselines] [--asymmetric]
 
 Draws ``--count`` instances from :func:`instances.tiny.audit_instance` with a generator
 seeded by ``--seed`` (default: a fresh one, printed so the run can be repeated), computes
@@ -30,6 +30,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed-plans", dest="seeds", default="baselines",
                         help="the sweeps' seed plans")
+    parser.add_argument("--asymmetric", action="store_true",
+                        help="only instances whose WAN links differ by direction")
     args = parser.parse_args()
     seed = secrets.randbits(32) if args.seed is None else args.seed
     engines = tuple(args.engines.split(","))
@@ -39,7 +41,11 @@ def main() -> int:
     cross = 0
     start = time.perf_counter()
     for i in range(args.count):
-        row = audit(audit_instance(rng), engines, args.threads, args.seeds)
+        instance = audit_instance(rng)
+        while args.asymmetric and not (instance.links.bandwidth_gbps
+                                       != instance.links.bandwidth_gbps.T).any():
+            instance = audit_instance(rng)
+        row = audit(instance, engines, args.threads, args.seeds)
         cross += row.cross_domain_points > 0
         cells = []
         for result in row.engines:

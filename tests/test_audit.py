@@ -37,6 +37,23 @@ def test_every_exact_label_agrees_with_brute_force(seed):
                       f"{wrong}"
 
 
+def test_asymmetric_links_agree_with_brute_force(seed):
+    """Each direction of a link priced on its own (activations forward, gradients back):
+    every engine's exact front is brute force's (``scripts/audit_exact.py --asymmetric``
+    runs more)."""
+    rng = np.random.default_rng(seed + 1)
+    asymmetric = 0
+    while asymmetric < 3:
+        instance = audit_instance(rng)
+        bandwidth = instance.links.bandwidth_gbps
+        if not (bandwidth != bandwidth.T).any():
+            continue
+        asymmetric += 1
+        row = audit(instance, ENGINES)
+        assert not any(r.wrong_exact for r in row.engines), \
+            f"audit seed {seed}: {row.instance} ({row.variant})"
+
+
 def test_the_audit_draws_every_variant():
     """Over many draws the generator covers what the audit is for: every GPU preset,
     selective recompute, asymmetric links, a cost budget with dp = 2, a WAN share cap, and

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from formulation.evaluator import evaluate_plans
+from formulation.costmodel import GBIT
+from formulation.evaluator import cost_model, evaluate_plans
+from formulation.instance import Instance
+from formulation.plan import Plan, Stage
 from formulation.reference import pipeline_spec, simulated_step_time
 from instances.generate import generate_instance
 from instances.sample import feasible_sample
 from instances.suites import suite_paths
-from instances.validation import compare_suite
+from instances.validation import compare_instance, compare_suite
 
 
 def test_closed_form_within_bounds_of_simulation_on_bench_suite():
@@ -19,6 +22,44 @@ def test_closed_form_within_bounds_of_simulation_on_bench_suite():
     assert len(rows) >= 100
     assert np.median(errors) <= 0.05
     assert errors.max() <= 0.15
+
+
+def test_closed_form_within_bounds_of_simulation_on_asymmetric_links():
+    """Each direction of a WAN link at its own bandwidth, latency and price (activations
+    forward, gradients backward): the closed form within the same bounds."""
+    rows = []
+    for i, path in enumerate(suite_paths("bench")[::3]):
+        instance = Instance.load(path)
+        rng = np.random.default_rng(i)
+        factor = np.exp(rng.uniform(np.log(1 / 3), np.log(3), instance.links.bandwidth_gbps.shape))
+        rows += compare_instance(instance.with_link_state(
+            bandwidth_gbps=instance.links.bandwidth_gbps * factor), 4, 2, i)
+    errors = np.abs([r.relative_error for r in rows])
+    assert len(rows) >= 30
+    assert np.median(errors) <= 0.05
+    assert errors.max() <= 0.15
+
+
+def test_a_link_is_priced_in_both_directions():
+    """A boundary's two crossings use the two directions: reversing a two-domain pipeline
+    leaves its boundary terms as they were, and delta is the mean of the directions'."""
+    instance = Instance.load(suite_paths("bench")[0])
+    bandwidth = instance.links.bandwidth_gbps.copy()
+    bandwidth[0, 1], bandwidth[1, 0] = 1.0, 100.0
+    asymmetric = instance.with_link_state(bandwidth_gbps=bandwidth)
+    cm = cost_model(asymmetric)
+    a, z = np.array([0]), np.array([1])
+    size = float(cm.boundary_bytes(1, 1, False))
+    forward = size / (1.0 * GBIT) + cm.wan_latency[0, 1]
+    backward = size / (100.0 * GBIT) + cm.wan_latency[1, 0]
+    assert np.isclose(cm.boundary_delay(a, z, 1, 1)[0], (forward + backward) / 2, rtol=1e-12)
+    assert cm.boundary_delay(a, z, 1, 1)[0] == cm.boundary_delay(z, a, 1, 1)[0]
+    assert cm.boundary_occupancy(a, z, 1, 1)[0] == size / (1.0 * GBIT)
+    assert cm.boundary_occupancy(z, a, 1, 1)[0] == size / (1.0 * GBIT)
+    # the simulator sends the gradients on the other direction: its slow one when reversed
+    plan = Plan(dp=1, micro_batch=1, stages=(Stage(0, 16, 8, "full"), Stage(1, 16, 8, "full")))
+    spec = pipeline_spec(asymmetric, plan)
+    assert spec.bandwidth_Bps[0] == 1.0 * GBIT and spec.backward_bandwidth_Bps[0] == 100.0 * GBIT
 
 
 def test_simulation_matches_closed_form_for_a_single_stage(generated):
