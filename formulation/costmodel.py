@@ -94,6 +94,12 @@ class CostModel:
         self.wan_bandwidth = np.where(links.bandwidth_gbps > 0, links.bandwidth_gbps, 1.0) * GBIT
         self.wan_latency = links.latency_ms * 1e-3
         self.price = links.price_per_gb
+        # every ordered pair's link, the intra-domain network on the diagonal: one look-up
+        # per direction on the evaluator's hot path
+        self.bandwidth = self.wan_bandwidth.copy()
+        np.fill_diagonal(self.bandwidth, self.intra_bandwidth)
+        self.latency = self.wan_latency.copy()
+        np.fill_diagonal(self.latency, self.intra_latency)
 
     # -- operator roofline ----------------------------------------------------------------
     def _sat(self, dim: float) -> float:
@@ -275,34 +281,43 @@ class CostModel:
     def link_bandwidth(self, k_from, k_to):
         """Bytes/s between two stages' domains (intra-domain per-GPU bandwidth if equal).
         Array-friendly: ``k_from`` and ``k_to`` may be index arrays."""
-        intra = self.intra_bandwidth[k_from]
-        return np.where(k_from == k_to, intra, self.wan_bandwidth[k_from, k_to])
+        return self.bandwidth[k_from, k_to]
 
     def link_latency(self, k_from, k_to):
         """Seconds of one-way latency between two stages' domains. Array-friendly."""
-        return np.where(k_from == k_to, self.intra_latency[k_from], self.wan_latency[k_from, k_to])
+        return self.latency[k_from, k_to]
 
     def boundary_bytes(self, b, dp, same_domain):
         """Bytes on the link per micro-batch and direction: over the WAN the dp replicas'
         pipelines share one inter-domain link; inside a domain each replica has its own NICs."""
         return self.activation_bytes(b) * np.where(same_domain, 1, dp)
 
-    def boundary_occupancy(self, k_from, k_to, b, dp):
-        """Seconds the busier direction of a boundary's link is busy per micro-batch (a lower
-        bound on P): activations cross ``k_from -> k_to``, gradients ``k_to -> k_from``, the
-        same bytes each, each direction its own channel at its own bandwidth."""
+    def _drains(self, k_from, k_to, b, dp):
+        """(forward, backward) seconds a micro-batch's bytes occupy each direction of a
+        boundary's link: activations cross ``k_from -> k_to``, gradients ``k_to -> k_from``,
+        the same bytes each, each direction its own channel at its own bandwidth."""
         size = self.boundary_bytes(b, dp, k_from == k_to)
-        return np.maximum(size / self.link_bandwidth(k_from, k_to),
-                          size / self.link_bandwidth(k_to, k_from))
+        return size / self.link_bandwidth(k_from, k_to), size / self.link_bandwidth(k_to, k_from)
+
+    def boundary_link_terms(self, k_from, k_to, b, dp):
+        """(occupancy, delta) of a boundary, from one look-up of its two directions:
+
+        * occupancy: seconds the busier direction is busy per micro-batch (a lower bound on P);
+        * delta: the mean of a micro-batch's two crossings, ``A / B + L`` on each direction
+          (activations forward, gradients backward), so that the two take ``2 delta`` (SPEC
+          3.1); equal to ``A / B + L`` on a symmetric link, to the last bit."""
+        forward, backward = self._drains(k_from, k_to, b, dp)
+        delay = ((forward + self.link_latency(k_from, k_to))  # paired so that a symmetric
+                 + (backward + self.link_latency(k_to, k_from))) / 2  # link gives 2x / 2 = x
+        return np.maximum(forward, backward), delay
+
+    def boundary_occupancy(self, k_from, k_to, b, dp):
+        """Occupancy of :meth:`boundary_link_terms`."""
+        return self.boundary_link_terms(k_from, k_to, b, dp)[0]
 
     def boundary_delay(self, k_from, k_to, b, dp):
-        """delta: the mean of a micro-batch's two crossings, ``A / B + L`` on each direction
-        (activations forward, gradients backward), so that the two take ``2 delta`` (SPEC
-        3.1). Equal to ``A / B + L`` on a symmetric link, to the last bit."""
-        size = self.boundary_bytes(b, dp, k_from == k_to)
-        forward = size / self.link_bandwidth(k_from, k_to) + self.link_latency(k_from, k_to)
-        backward = size / self.link_bandwidth(k_to, k_from) + self.link_latency(k_to, k_from)
-        return (forward + backward) / 2
+        """delta of :meth:`boundary_link_terms`."""
+        return self.boundary_link_terms(k_from, k_to, b, dp)[1]
 
     def boundary_price(self, k_from, k_to):
         """USD per GB of a boundary's traffic: the mean of the two directions' prices (the
@@ -351,8 +366,8 @@ class CostModel:
     @_cached
     def boundary_terms(self, k_from: int, k_to: int, b: int, dp: int) -> tuple[float, ...]:
         """(occupancy, delay, WAN GB per micro-batch round trip, price per GB) of a boundary."""
-        return (float(self.boundary_occupancy(k_from, k_to, b, dp)),
-                float(self.boundary_delay(k_from, k_to, b, dp)),
+        occupancy, delay = self.boundary_link_terms(k_from, k_to, b, dp)
+        return (float(occupancy), float(delay),
                 float(self.boundary_traffic_gb(k_from, k_to, b, dp, 1.0)),
                 float(self.boundary_price(k_from, k_to)) if k_from != k_to else 0.0)
 

@@ -162,8 +162,8 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     # Boundary j joins front stages j and j+1.
     joined = real[:, 1:]
     k_from, k_to = domain[:, :-1], domain[:, 1:]
-    occupancy = np.where(joined, cm.boundary_occupancy(k_from, k_to, b, dp), 0.0)
-    delay = np.where(joined, cm.boundary_delay(k_from, k_to, b, dp), 0.0)
+    occupancy, delay = cm.boundary_link_terms(k_from, k_to, b, dp)
+    occupancy, delay = np.where(joined, occupancy, 0.0), np.where(joined, delay, 0.0)
     traffic = np.where(joined, cm.boundary_traffic_gb(k_from, k_to, b, dp, m[:, None]), 0.0)
     cost = np.where(joined, cm.boundary_cost(k_from, k_to, b, dp, m[:, None]), 0.0)
 

@@ -375,9 +375,9 @@ class Instance:
             raise InputError(f"instance {str(path)!r}: {err}") from None
 
     def save(self, path: str | Path) -> None:
-        from formulation.schema import write_json_atomic
+        from formulation.outputs import write_json
 
-        write_json_atomic(path, self.to_dict())
+        write_json(Path(path), self.to_dict())
 
 
 def _check_search_space(instance: Instance) -> None:

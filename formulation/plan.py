@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from formulation.instance import RECOMPUTE_MODES, Instance
-from formulation.schema import InputError, Reader, read_json, write_json_atomic
+from formulation.outputs import write_json
+from formulation.schema import InputError, Reader, read_json
 
 PLAN_SCHEMA = "xdsched.plan/1"
 
@@ -106,4 +107,4 @@ class Plan:
             raise InputError(f"plan {str(path)!r}: {err}") from None
 
     def save(self, path: str | Path, instance: Instance | None = None) -> None:
-        write_json_atomic(path, self.to_dict(instance))
+        write_json(Path(path), self.to_dict(instance))

@@ -71,14 +71,6 @@ def dumps(document: Any) -> str:
                             + "]", text) + "\n"
 
 
-def write_json_atomic(path: str | Path, document: Any) -> None:
-    """Strict JSON to ``path`` whole or not at all, or to standard output for ``-``
-    (:func:`formulation.outputs.write_json`: the output layer's rules)."""
-    from formulation.outputs import write_json
-
-    write_json(Path(path), document)
-
-
 class Reader:
     """Reads one JSON object, remembering which keys were consumed.
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance, SearchSpace
-from formulation.schema import CliParser, write_json_atomic
+from formulation.outputs import output_directory, write_json
+from formulation.schema import CliParser, run_cli
 from instances.generate import generate_instance
 from instances.sample import best_single_domain, chain_plans, feasible_sample
 
@@ -134,8 +135,10 @@ def admission(instance: Instance, seed: int) -> dict | None:
 
 
 def build_suite(name: str, out_dir: Path) -> dict:
-    """Generate a suite's instances into ``out_dir/name`` and return its manifest."""
+    """Generate a suite's instances into ``out_dir/name`` (made if absent; ``out_dir``
+    must exist) and return its manifest."""
     start = time.perf_counter()
+    (out_dir / name).mkdir(exist_ok=True)
     entries = []
     for entry in SUITES[name]:
         for seed in range(entry.base_seed, entry.base_seed + SEED_ATTEMPTS):
@@ -161,7 +164,7 @@ def build_suite(name: str, out_dir: Path) -> dict:
         "wall_time_s": round(time.perf_counter() - start, 1),
         "instances": entries,
     }
-    write_json_atomic(out_dir / name / "manifest.json", manifest)
+    write_json(out_dir / name / "manifest.json", manifest)
     # Instances of an earlier build whose entry now admits another seed would linger otherwise.
     kept = {entry["file"] for entry in entries} | {"manifest.json"}
     for stale in (out_dir / name).glob("*.json"):
@@ -216,10 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     parser.add_argument("--out", type=Path, default=SUITES_DIR)
     args = parser.parse_args(argv)
-    for name in (list(SUITES) if args.suite == "all" else [args.suite]):
-        print(f"suite {name}:")
-        build_suite(name, args.out)
-    return 0
+
+    def build() -> None:
+        out = output_directory(args.out)
+        for name in (list(SUITES) if args.suite == "all" else [args.suite]):
+            print(f"suite {name}:")
+            build_suite(name, out)
+
+    return run_cli(build)
 
 
 if __name__ == "__main__":

@@ -45,11 +45,11 @@ import torch
 
 from formulation.evaluator import cost_model, evaluate_plans
 from formulation.instance import Instance
-from formulation.outputs import output_path, write_atomic
+from formulation.outputs import output_path, write_atomic, write_json
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
 from formulation.reward import check_weights, reward, reward_terms
-from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli, write_json_atomic
+from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli
 from rl.env import (
     BUCKETS,
     PAIR,
@@ -200,8 +200,7 @@ class Scheduler:
         episodes still building (a small network costs about the same for one observation
         as for several). Also the pairs within the budgets (indices), best first by the
         upper level's PAIR decision: what the lower level (:mod:`rl.lower`) is given."""
-        options = {"instance": instance, "weights": weights, "budgets": budgets,
-                   "multipliers": self.multipliers}
+        options = self._options(instance, weights, budgets)
         first = self.env.reset(options=options)[0]  # raises when no plan is possible
         pairs = [None]
         if starts:
@@ -241,6 +240,11 @@ class Scheduler:
             active = still
         return results, ranking
 
+    def _options(self, instance: Instance, weights, budgets: Budgets) -> dict:
+        """What an episode is reset with (a reset raises when no plan is possible)."""
+        return {"instance": instance, "weights": np.asarray(weights, dtype=float),
+                "budgets": budgets, "multipliers": self.multipliers}
+
     def _ranking(self, pair_logits: torch.Tensor) -> list[int]:
         """The pairs within the budgets, best first by the PAIR phase's logits; pairs
         beyond the agent's action codes last."""
@@ -255,9 +259,7 @@ class Scheduler:
                      ) -> list[int]:
         """The pairs within the budgets (indices into ``self.env.cache.rules.pairs``), best
         first by the upper level's PAIR decision: one forward pass, no episode."""
-        options = {"instance": instance, "weights": np.asarray(weights, dtype=float),
-                   "budgets": budgets, "multipliers": self.multipliers}
-        first = self.env.reset(options=options)[0]  # raises when no plan is possible
+        first = self.env.reset(options=self._options(instance, weights, budgets))[0]
         with torch.no_grad():
             logits, _ = self.policy(as_tensors(first), value=False)  # a batch of one
         return self._ranking(logits[0])
@@ -612,7 +614,7 @@ def _decide(args: argparse.Namespace) -> None:
     if picture is not None:
         heatmap(instance, decision.plan, picture)
     if out is not None:
-        write_json_atomic(out, decision.plan.to_dict(instance))
+        write_json(out, decision.plan.to_dict(instance))
     print(json.dumps(decision.to_dict(instance), indent=1))
 
 

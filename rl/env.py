@@ -190,8 +190,10 @@ class InstanceCache:
                               dtype=np.float32)
         self.smallest = [int(t.gpus.min()) for t in self.rules.pairs]
         self._pairs: dict[Budgets, list[int]] = {}
-        # the pairs' tables per WAN link state, made on use (:meth:`tables_at`)
+        # the pairs' tables per WAN link state, made on use (:meth:`tables_at`); the rules'
+        # own tables are of the link state the statics were made in
         self._links: dict[bytes, dict[int, PairTables]] = {}
+        self._rules_links = links_key(statics.tables[0].instance) if statics.tables else None
 
     def tables_at(self, instance: Instance, pair: int) -> PairTables:
         """The tables of offered pair ``pair`` in ``instance``'s WAN link state. The rules'
@@ -200,8 +202,8 @@ class InstanceCache:
         pair and link state, for the ``LINK_STATES`` latest states: what the lower level
         learns about a pair is kept per table object."""
         key = links_key(instance)
-        if self.rules.pairs and key == links_key(self.rules.pairs[0].instance):
-            return self.rules.pairs[pair]  # the state the rules' tables were made in
+        if key == self._rules_links:
+            return self.rules.pairs[pair]
         tables = self._links.pop(key, None)
         if tables is None:
             tables = {}

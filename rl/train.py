@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import yaml
 
-from formulation.outputs import output_path, write_atomic
+from formulation.outputs import output_path, write_atomic, write_json
 from formulation.schema import (
     CliParser,
     InputError,
@@ -42,7 +42,6 @@ from formulation.schema import (
     integer_arg,
     read_text,
     run_cli,
-    write_json_atomic,
 )
 from rl.env import ACTIONS, MAX_DOMAINS, OPTION, SOFT_CONSTRAINTS, Multipliers, PlanEnv
 from rl.features import CONTEXT, EDGE, NODE
@@ -140,20 +139,20 @@ class HiPPOConfig:
             raise InputError(f"config {str(path)!r} is nested too deeply") from None
         if not isinstance(document, dict):
             raise InputError(f"config {str(path)!r}: must be a mapping of fields")
-        for name in ("tasks", "imitation"):
-            if document.get(name) is not None and not isinstance(document[name], dict):
-                raise InputError(f"config {str(path)!r}: {name} must be a mapping of fields")
+        sections = {name: document.get(name) for name in ("tasks", "imitation")}
         for fields, kind, spell in ((document, HiPPOConfig, repr),
-                                    (document.get("tasks") or {}, TaskSettings,
-                                     "tasks.{}".format),
-                                    (document.get("imitation") or {}, ImitationSettings,
+                                    (sections["tasks"], TaskSettings, "tasks.{}".format),
+                                    (sections["imitation"], ImitationSettings,
                                      "imitation.{}".format)):
+            if not isinstance(fields, dict):  # not a mapping: HiPPOConfig says so below
+                continue
             unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(kind)})
             if unknown:
                 raise InputError(f"config {str(path)!r}: unknown field {spell(unknown[0])}")
         try:
-            imitation_settings(document.get("imitation"))
-            return HiPPOConfig(**document)
+            config = HiPPOConfig(**document)
+            imitation_settings(config.imitation)
+            return config
         except (TypeError, ValueError) as err:  # InputError included: a field out of range
             raise InputError(f"config {str(path)!r}: {err}") from None
 
@@ -460,14 +459,12 @@ def _train(args: argparse.Namespace) -> None:
                          "is written beside it as OUT.json)")
     output_path(args.out.with_suffix(".json"), inputs=[args.config], flag="--out (.json)")
     config = HiPPOConfig.load(args.config)
-    if args.total_steps is not None:
-        if args.total_steps < 1:
-            raise InputError("--total-steps must be >= 1")
+    if args.total_steps is not None:  # bounded by its flag's type
         config.total_steps = args.total_steps
     payload = train(config, args.out, args.resume, not args.quiet)
     last = payload["curve"][-1]
     # provenance and learning curve beside the checkpoint, readable without torch
-    write_json_atomic(args.out.with_suffix(".json"), {
+    write_json(args.out.with_suffix(".json"), {
         "command": command_line("rl.train"), "versions": {**versions(),
                                                            "torch": torch.__version__},
         "config": dataclasses.asdict(config), "iterations": payload["iteration"],

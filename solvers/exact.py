@@ -52,7 +52,7 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
-from formulation.outputs import output_path
+from formulation.outputs import output_directory, output_path, write_json
 from formulation.plan import Plan
 from formulation.schema import (
     MAX_WORKERS,
@@ -62,7 +62,6 @@ from formulation.schema import (
     number_arg,
     read_json,
     run_cli,
-    write_json_atomic,
 )
 from solvers.bounds import PairBounds
 from solvers.certify import TOLERANCE, Certifier, KnownPlans
@@ -425,7 +424,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> N
     state = front.provenance.pop("state", None)
     front.save(out, instance)
     if state is not None:
-        write_json_atomic(state_path(out), state)
+        write_json(state_path(out), state)
     else:
         state_path(out).unlink(missing_ok=True)
     p = front.provenance
@@ -495,14 +494,7 @@ def _run(args: argparse.Namespace) -> None:
 
     if args.suite not in SUITES:
         raise InputError(f"--suite must be one of {list(SUITES)}, got {args.suite!r}")
-    if args.jobs < 1:
-        raise InputError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.out.exists() and not args.out.is_dir():
-        raise InputError(f"--out {str(args.out)!r} is a file: with --suite it is the "
-                         "directory of the fronts")
-    if not args.out.resolve().parent.is_dir():
-        raise InputError(f"--out {str(args.out)!r}: directory "
-                         f"{str(args.out.resolve().parent)!r} does not exist")
+    args.out = output_directory(args.out)  # the directory of the fronts
     todo = []
     matched = False
     for path in suite_paths(args.suite):

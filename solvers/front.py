@@ -25,7 +25,8 @@ import numpy as np
 from formulation.evaluator import OBJECTIVES
 from formulation.families import AnyPlan, plan_from_dict, score
 from formulation.instance import Instance
-from formulation.schema import InputError, Reader, check_number, read_json, write_json_atomic
+from formulation.outputs import write_json
+from formulation.schema import InputError, Reader, check_number, read_json
 
 FRONT_SCHEMA = "xdsched.front/2"
 READABLE_SCHEMAS = ("xdsched.front/1", FRONT_SCHEMA)  # /1: the gap was called "mip_gap"
@@ -161,7 +162,7 @@ class Front:
         return out
 
     def save(self, path: str | Path, instance: Instance | None = None) -> None:
-        write_json_atomic(path, self.to_dict(instance))
+        write_json(Path(path), self.to_dict(instance))
 
     @staticmethod
     def load(path: str | Path, instance: Instance | None = None) -> Front:

@@ -122,8 +122,9 @@ def _link_terms(instance: Instance, dp: int, b: int, m: int) -> dict[str, np.nda
     cm = cost_model(instance)
     k = np.arange(instance.num_domains)
     kk_from, kk_to = np.meshgrid(k, k, indexing="ij")
-    return {"delay": np.asarray(cm.boundary_delay(kk_from, kk_to, b, dp), dtype=float),
-            "occupancy": np.asarray(cm.boundary_occupancy(kk_from, kk_to, b, dp), dtype=float),
+    occupancy, delay = cm.boundary_link_terms(kk_from, kk_to, b, dp)
+    return {"delay": np.asarray(delay, dtype=float),
+            "occupancy": np.asarray(occupancy, dtype=float),
             "cost": np.asarray(cm.boundary_cost(kk_from, kk_to, b, dp, m), dtype=float)}
 
 

@@ -213,8 +213,8 @@ def test_unwritable_output_gives_exit_2(tmp_path):
 
 
 def test_failed_write_leaves_no_partial_file(tmp_path):
-    from formulation.schema import write_json_atomic
+    from formulation.outputs import write_json
 
     with pytest.raises(ValueError):
-        write_json_atomic(tmp_path / "out.json", {"good": 1, "bad": float("nan")})
+        write_json(tmp_path / "out.json", {"good": 1, "bad": float("nan")})
     assert list(tmp_path.iterdir()) == []
