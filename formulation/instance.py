@@ -7,6 +7,8 @@ HBM / NVLink bandwidth in GB/s, prices in USD per GB (traffic) and per GPU-hour.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,6 +367,16 @@ class Instance:
         if self.trace is not None:
             out["trace"] = self.trace.to_dict()
         return out
+
+    def content_hash(self) -> str:
+        """SHA-256 (hex) of what the instance states, its description aside: the canonical
+        JSON of :meth:`to_dict` (sorted keys, no spaces), so two files that read to the same
+        instance hash alike however they are laid out. A reference front records the hash
+        of the instance it was computed for (:class:`solvers.front.Front`)."""
+        document = self.to_dict()
+        document.pop("description")
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     @staticmethod
     def load(path: str | Path) -> Instance:

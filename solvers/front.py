@@ -8,11 +8,17 @@ A point of an exact sweep also says what is proven about it (``POINT_STATUSES``)
 ``bound`` is a certified lower bound on that least step time and ``gap`` the relative distance
 to it) or ``heuristic`` (a plan from a heuristic, e.g. NSGA-II, that no solver point matched;
 its ``bound`` comes from what the sweep certified).
+
+A front also records the content hash of the instance it was computed for
+(``instance_sha256``, :meth:`formulation.instance.Instance.content_hash`); read for an
+instance, a front is refused unless it names that instance, its hash is that instance's
+and every point's stored objectives are what its plan evaluates to.
 """
 
 from __future__ import annotations
 
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -28,8 +34,9 @@ from formulation.instance import Instance
 from formulation.outputs import write_json
 from formulation.schema import InputError, Reader, check_number, read_json
 
-FRONT_SCHEMA = "xdsched.front/2"
-READABLE_SCHEMAS = ("xdsched.front/1", FRONT_SCHEMA)  # /1: the gap was called "mip_gap"
+FRONT_SCHEMA = "xdsched.front/3"
+# /1: the gap was called "mip_gap"; /1 and /2 hold no instance hash
+READABLE_SCHEMAS = ("xdsched.front/1", "xdsched.front/2", FRONT_SCHEMA)
 OBJECTIVE_TOLERANCE = 1e-6  # relative: a stored objective against its plan's evaluation
 STATUSES = ("exact", "best_known", "heuristic")
 POINT_STATUSES = ("optimal", "unproven", "heuristic")
@@ -117,6 +124,7 @@ class Front:
     points: list[FrontPoint]
     provenance: dict[str, Any] = field(default_factory=dict)
     normalisation: dict[str, Any] | None = None  # ideal, nadir, hv reference (reference fronts)
+    instance_sha256: str | None = None  # the instance's content hash, once read or written
 
     @property
     def objectives(self) -> np.ndarray:
@@ -153,10 +161,15 @@ class Front:
         return max(gaps) if gaps else None
 
     def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
+        """The front's JSON document; with ``instance``, its content hash recorded."""
+        digest = self.instance_sha256 if instance is None else instance.content_hash()
         out: dict[str, Any] = {
-            "schema": FRONT_SCHEMA, "instance": self.instance, "objectives": list(OBJECTIVES),
-            "status": self.status, "provenance": self.provenance,
-            "points": [p.to_dict(instance) for p in self.points]}
+            "schema": FRONT_SCHEMA, "instance": self.instance}
+        if digest is not None:
+            out["instance_sha256"] = digest
+        out.update({"objectives": list(OBJECTIVES), "status": self.status,
+                    "provenance": self.provenance,
+                    "points": [p.to_dict(instance) for p in self.points]})
         if self.normalisation is not None:
             out["normalisation"] = self.normalisation
         return out
@@ -188,7 +201,7 @@ class Front:
                 raise InputError(f"{where}.objectives must be a list of 3 numbers")
             objectives = [check_number(x, f"{where}.objectives[{i}]", low=0)
                           for i, x in enumerate(objectives)]
-            gap = pr.raw("gap" if schema == FRONT_SCHEMA else "mip_gap", None)
+            gap = pr.raw("mip_gap" if schema == READABLE_SCHEMAS[0] else "gap", None)
             bound = pr.raw("bound", None)
             status = pr.string("status", None, choices=POINT_STATUSES)
             plan = plan_from_dict(pr.raw("plan"), instance, f"{where}.plan")
@@ -199,10 +212,18 @@ class Front:
         if instance is not None and name != instance.name:
             raise InputError(f"instance is {name!r}, but the front is read for instance "
                              f"{instance.name!r}")
+        digest = r.raw("instance_sha256", ... if schema == FRONT_SCHEMA else None)
+        if digest is not None and not (isinstance(digest, str)
+                                       and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            raise InputError("instance_sha256 must be 64 lowercase hex digits")
+        if instance is not None and digest is not None and digest != instance.content_hash():
+            raise InputError(f"instance_sha256 is not the content hash of instance {name!r}: "
+                             "the front was computed for other data under that name")
         front = Front(instance=name, status=r.string("status", choices=STATUSES),
                       points=r.items("points", point),
                       provenance=r.raw("provenance", {}),
-                      normalisation=_normalisation(r.raw("normalisation", None)))
+                      normalisation=_normalisation(r.raw("normalisation", None)),
+                      instance_sha256=digest)
         r.finish()
         if instance is not None:
             front.check_objectives(instance)

@@ -19,10 +19,10 @@ A case's ``args`` may use placeholders, made in the case's directory before it r
 "remove"), ``{out}`` (an absent file),
 ``{fifo}``, ``{dangling}`` (a link to nothing), ``{missing}`` (a file in a directory that
 does not exist), ``{tmp}`` (the directory itself), ``{suite}`` (a suite directory of that
-instance and its committed front, with ``front_mutate`` applied to the front and
-``manifest`` written as its manifest). A case with ``commands`` instead of
-``command`` is run once per listed command, with that command's ``usual`` arguments
-(:data:`USUAL`) and its ``args`` appended.
+instance and its committed front, with ``suite_instance_mutate`` applied to the instance,
+``front_mutate`` to the front and ``manifest`` written as its manifest). A case with
+``commands`` instead of ``command`` is run once per listed command, with that command's
+``usual`` arguments (:data:`USUAL`) and its ``args`` appended.
 """
 
 from __future__ import annotations
@@ -120,7 +120,10 @@ def _prepare(case: dict, tmp: Path) -> dict[str, str]:
     if any("{suite}" in a for a in case["args"]):  # a suite directory of one instance
         suite = tmp / "suite"
         (suite / "fronts").mkdir(parents=True)
-        (suite / QUICK.name).write_bytes(QUICK.read_bytes())
+        document = json.loads(QUICK.read_text())
+        for path, value in case.get("suite_instance_mutate", {}).items():
+            _set(document, path, copy.deepcopy(value))
+        (suite / QUICK.name).write_text(json.dumps(document))
         front = json.loads(QUICK_FRONT.read_text())
         for path, value in case.get("front_mutate", {}).items():
             _set(front, path, copy.deepcopy(value))

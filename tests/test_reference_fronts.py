@@ -11,6 +11,7 @@ import pytest
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.result import evaluate
+from formulation.schema import InputError
 from instances.sample import chain_plans, feasible_sample
 from instances.suites import SUITES_DIR, suite_paths
 from solvers.exact import exact_front
@@ -101,3 +102,40 @@ def test_highs_and_cpsat_give_the_same_front_on_a_quick_instance():
     cpsat = exact_front(instance, "cpsat", threads=1)
     assert highs.status == cpsat.status == "exact"
     assert fronts_agree(highs, committed) and fronts_agree(cpsat, committed)
+
+
+@pytest.mark.parametrize("path", FRONTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_front_records_its_instance_content(path):
+    instance, front = _load(path)
+    assert front.instance_sha256 == instance.content_hash()
+
+
+def test_the_content_hash_is_of_what_the_instance_states(tmp_path):
+    path = suite_paths("quick")[0]
+    instance = Instance.load(path)
+    document = json.loads(path.read_text())
+    relaid = tmp_path / "relaid.json"  # the same data, other layout and key order
+    relaid.write_text(json.dumps(dict(reversed(list(document.items()))), indent=7))
+    assert Instance.load(relaid).content_hash() == instance.content_hash()
+    assert instance.replace(description="other words").content_hash() \
+        == instance.content_hash()
+    bandwidth = instance.links.bandwidth_gbps.copy()
+    bandwidth[0, 1] *= 1.01
+    assert instance.with_link_state(bandwidth).content_hash() != instance.content_hash()
+
+
+def test_a_front_read_for_other_data_under_the_same_name_is_refused(tmp_path):
+    path = suite_paths("quick")[0]
+    instance = Instance.load(path)
+    front = Front.load(FRONTS_DIR / "quick" / f"{path.stem}.front.json", instance)
+    document = front.to_dict(instance)
+    assert document["instance_sha256"] == instance.content_hash()
+    other = instance.with_link_state(free_gpus=[d.free_gpus - 1 for d in instance.domains])
+    with pytest.raises(InputError, match="instance_sha256 is not the content hash"):
+        Front.from_dict(document, other)
+    legacy = {**document, "schema": "xdsched.front/2"}  # before hashes: still readable
+    del legacy["instance_sha256"]
+    assert Front.from_dict(legacy, instance).instance_sha256 is None
+    del document["instance_sha256"]
+    with pytest.raises(InputError, match="instance_sha256 is missing"):
+        Front.from_dict(document, instance)
