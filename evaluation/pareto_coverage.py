@@ -97,7 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", default="quick", help="quick, bench, full or a directory")
     parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
                         help=f"methods to score (default: all of {', '.join(ALL_METHODS)})")
-    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--out", type=Path, default=Path("results"),
+                        help="results directory, swapped in whole at the end (default "
+                             "results/; its parent must exist)")
     parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS),
                         default=min(os.cpu_count() or 1, MAX_WORKERS),
                         help="local worker processes (default: one per CPU)")

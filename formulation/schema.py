@@ -244,7 +244,7 @@ def number_arg(low: float, high: float = math.inf, low_open: bool = False
     return parse
 
 
-MAX_WORKERS = 1024  # --workers, --jobs: local processes
+MAX_WORKERS = 1024  # --workers: local processes
 SEED_MAX = 2 ** 32 - 1
 SEED = integer_arg(0, SEED_MAX)
 """``--seed``: one seed, an integer in [0, 2^32 - 1], for every command."""

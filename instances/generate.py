@@ -140,10 +140,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--domains", type=int, required=True, help="number of domains K (5..20)")
     parser.add_argument("--model", required=True, help="model preset or alias, e.g. 7b, 70b")
     parser.add_argument("--seed", type=SEED, required=True,
-                        help="random seed, 0 to 2^32 - 1")
-    parser.add_argument("--out", type=Path, required=True, help="instance JSON file to write")
+                        help="one seed of the scenario, 0 to 2^32 - 1")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="instance JSON file to write (- for standard output)")
     parser.add_argument("--quiet", action="store_true", help="no report line")
-    parser.add_argument("--topology", default="random", choices=list(TOPOLOGIES))
+    parser.add_argument("--topology", default="random", choices=list(TOPOLOGIES),
+                        help="WAN topology (default %(default)s)")
     parser.add_argument("--trace", action="store_true", help="add a dynamic trace (SPEC 6)")
     parser.add_argument("--gpu", default=DEFAULT_GPU, help="GPU preset (default %(default)s)")
     parser.add_argument("--global-batch", type=int, default=None,

@@ -157,10 +157,12 @@ def best_single_domain(instance: Instance) -> tuple[Plan | None, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m instances.sample",
                        description="Write a random feasible plan for an instance.")
-    parser.add_argument("instance", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("instance", type=Path, help="instance JSON")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="plan JSON to write (- for standard output)")
     parser.add_argument("--quiet", action="store_true", help="no report line")
-    parser.add_argument("--seed", type=SEED, default=0, help="seed of the sampling")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed of the sampling, 0 to 2^32 - 1 (default 0)")
     args = parser.parse_args(argv)
     return run_cli(lambda: _sample(args))
 

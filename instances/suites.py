@@ -24,12 +24,13 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance, SearchSpace
-from formulation.outputs import output_directory, write_json
+from formulation.outputs import output_directory, report_stream, write_json
 from formulation.schema import CliParser, run_cli
 from instances.generate import generate_instance
 from instances.sample import best_single_domain, chain_plans, feasible_sample
@@ -134,9 +135,10 @@ def admission(instance: Instance, seed: int) -> dict | None:
             "best_sampled_cross_domain_step_s": round(cross, 4)}
 
 
-def build_suite(name: str, out_dir: Path) -> dict:
+def build_suite(name: str, out_dir: Path, report: TextIO | None = None) -> dict:
     """Generate a suite's instances into ``out_dir/name`` (made if absent; ``out_dir``
-    must exist) and return its manifest."""
+    must exist) and return its manifest; a line per instance to ``report`` (default:
+    standard output)."""
     start = time.perf_counter()
     (out_dir / name).mkdir(exist_ok=True)
     entries = []
@@ -152,7 +154,7 @@ def build_suite(name: str, out_dir: Path) -> dict:
         instance.save(path)
         entries.append({"file": path.name, "seed": seed, **figures,
                         "generator": {**asdict(entry), "seed": seed}})
-        print(f"  {path.name}: seed {seed}, {figures}")
+        print(f"  {path.name}: seed {seed}, {figures}", file=report or sys.stdout)
     manifest = {
         "suite": name,
         "command": f"python -m instances.suites --suite {name}",
@@ -216,15 +218,19 @@ def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m instances.suites",
                        description="Regenerate the committed benchmark suites.")
-    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
-    parser.add_argument("--out", type=Path, default=SUITES_DIR)
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all",
+                        help="the suite to rebuild (default: all)")
+    parser.add_argument("--out", type=Path, default=SUITES_DIR,
+                        help="directory of the suites (default: the committed one)")
+    parser.add_argument("--quiet", action="store_true", help="no report lines")
     args = parser.parse_args(argv)
 
     def build() -> None:
         out = output_directory(args.out)
+        report = report_stream(None, args.quiet)
         for name in (list(SUITES) if args.suite == "all" else [args.suite]):
-            print(f"suite {name}:")
-            build_suite(name, out)
+            print(f"suite {name}:", file=report)
+            build_suite(name, out, report)
 
     return run_cli(build)
 

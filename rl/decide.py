@@ -4,7 +4,7 @@
                         [--step-cap S] [--pairs N] [--lower-time S] [--no-exhaust]
                         [--policy-plan] [--samples N]
                         [--polish ROUNDS] [--starts] [--seed S] [--checkpoint FILE]
-                        [--heatmap FILE.png] [--out PLAN.json]
+                        [--heatmap FILE.png] [--out PLAN.json] [--quiet]
 
 prints JSON: the plan, its objectives and evaluation (from the evaluator), the decision
 latency, the reward decomposition (R_eff, R_util, R_cost and R) and a rule summary: which
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -45,11 +44,11 @@ import torch
 
 from formulation.evaluator import cost_model, evaluate_plans
 from formulation.instance import Instance
-from formulation.outputs import output_path, write_atomic, write_json
+from formulation.outputs import output_path, strict, write_atomic, write_json
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
 from formulation.reward import check_weights, reward, reward_terms
-from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli
+from formulation.schema import SEED, CliParser, InputError, dumps, integer_arg, run_cli
 from rl.env import (
     BUCKETS,
     PAIR,
@@ -546,7 +545,7 @@ def parse_weights(text: str) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m rl.decide",
                        description="A Hi-PPO plan for an instance and a preference.")
-    parser.add_argument("instance", type=Path)
+    parser.add_argument("instance", type=Path, help="instance JSON")
     parser.add_argument("--weights", required=True, help="w1,w2,w3 (efficiency, "
                         "utilisation, cost)")
     parser.add_argument("--gpus", type=int, default=None,
@@ -577,10 +576,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="one greedy episode per (dp, micro-batch) pair, the best kept")
     parser.add_argument("--polish", type=integer_arg(0, MAX_POLISH), default=0,
                         help="rounds of local search on each plan (0: none)")
-    parser.add_argument("--seed", type=SEED, default=0, help="seed of the sampled episodes")
-    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed of the sampled episodes, 0 to 2^32 - 1 (default 0)")
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
+                        help="policy checkpoint (default: the shipped one)")
     parser.add_argument("--heatmap", type=Path, default=None, help="PNG of WAN traffic")
     parser.add_argument("--out", type=Path, default=None, help="write the plan JSON here")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no decision JSON on standard output (the plan goes to --out)")
     args = parser.parse_args(argv)
     return run_cli(lambda: _decide(args))
 
@@ -615,7 +618,8 @@ def _decide(args: argparse.Namespace) -> None:
         heatmap(instance, decision.plan, picture)
     if out is not None:
         write_json(out, decision.plan.to_dict(instance))
-    print(json.dumps(decision.to_dict(instance), indent=1))
+    if not args.quiet:
+        sys.stdout.write(dumps(strict(decision.to_dict(instance))))
 
 
 if __name__ == "__main__":

@@ -442,11 +442,14 @@ def _clone_progress(enabled: bool, epochs: int):
 
 def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m rl.train", description="Train the Hi-PPO scheduler.")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                        help="training configuration YAML; its `seed` is the run's one seed "
+                             "(default rl/configs/hi_ppo.yaml)")
     parser.add_argument("--out", type=Path, required=True, help="checkpoint to write")
     parser.add_argument("--resume", action="store_true", help="continue from --out")
-    parser.add_argument("--total-steps", type=integer_arg(1, 10_000_000_000), default=None)
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--total-steps", type=integer_arg(1, 10_000_000_000), default=None,
+                        help="PPO decisions in all (default: the configuration's)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
     args = parser.parse_args(argv)
     return run_cli(lambda: _train(args))
 

@@ -4,7 +4,7 @@
         [--time-limit S] [--solve-limit S] [--gap G] [--seed-plans none|fast|baselines|nsga2]
         [--seed-front FRONT.json]
         [--units U] [--workers W | --scheduler ADDRESS] [--resume] [--export mps|lp]
-    python -m solvers.exact --suite quick|bench|full --out DIR [...] [--jobs N] [--match TEXT]
+    python -m solvers.exact --suite quick|bench|full --out DIR [...] [--workers N] [--match TEXT]
         [--skip-existing]
 
 The epsilon-constraint sweep (:mod:`solvers.epsilon`) runs on the registered engine
@@ -397,7 +397,9 @@ def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
 
 
 # -- command line --------------------------------------------------------------------------------
-def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> None:
+def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str,
+             workers: int) -> None:
+    """One instance's front into ``out``, its units on ``workers`` local processes."""
     instance = Instance.load(path)
     seed_front = args.seed_front
     if seed_front is not None and args.suite is not None:  # a directory of fronts
@@ -405,7 +407,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> N
         seed_front = seed_front if seed_front.exists() else None
     settings = ExactSettings(engine=args.engine, threads=args.threads,
                              time_limit=args.time_limit, solve_limit=args.solve_limit,
-                             seeds=args.seeds, units=args.units or max(1, args.workers),
+                             seeds=args.seeds, units=args.units or workers,
                              gap=args.gap,
                              seed_front=None if seed_front is None else str(seed_front))
     resume = None
@@ -417,7 +419,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> N
     if args.export:
         for written in export_models(instance, out, args.export):
             print(f"wrote {written}")
-    front = exact_front(instance, settings=settings, command=command, workers=args.workers,
+    front = exact_front(instance, settings=settings, command=command, workers=workers,
                         scheduler=args.scheduler, resume=resume,
                         progress=(lambda line: print("  " + line, file=sys.stderr))
                         if args.verbose else None)
@@ -429,6 +431,8 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str) -> N
         state_path(out).unlink(missing_ok=True)
     p = front.provenance
     gap = "" if p["largest_gap"] is None else f", largest gap {p['largest_gap']:.2e}"
+    if args.quiet:
+        return
     print(f"{instance.name}: {len(front.points)} points, {front.status}{gap}, "
           f"{p['sweep']['solves']} solves, {p['wall_time_s']:.1f} s -> {out}"
           + ("" if state is None else " (stopped at the time limit; --resume continues)"))
@@ -459,9 +463,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a front JSON whose plans join the seeds (with --suite: a "
                              "directory of INSTANCE.front.json)")
     parser.add_argument("--units", type=integer_arg(1, 100_000), default=None,
-                        help="GPU intervals the sweep is cut into (default: --workers)")
+                        help="GPU intervals the sweep is cut into (default: --workers; with "
+                             "--suite, 1)")
     parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS), default=1,
-                        help="local processes for the units")
+                        help="local worker processes: for the units of one instance; with "
+                             "--suite, for the fronts, largest K first (default 1)")
     parser.add_argument("--scheduler", default=None,
                         help="run the units on this Dask scheduler instead")
     parser.add_argument("--resume", action="store_true",
@@ -471,9 +477,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --suite: only instances whose name contains this (repeatable)")
     parser.add_argument("--skip-existing", action="store_true",
                         help="with --suite: keep fronts already in --out")
-    parser.add_argument("--jobs", type=integer_arg(1, MAX_WORKERS), default=1,
-                        help="with --suite: fronts computed in parallel processes, largest K first")
-    parser.add_argument("--verbose", action="store_true", help="print each point found")
+    parser.add_argument("--quiet", action="store_true", help="no report line")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print each point found (on stderr)")
     args = parser.parse_args(argv)
     if (args.instance is None) == (args.suite is None):
         parser.error("give either INSTANCE or --suite")
@@ -486,7 +492,7 @@ def _run(args: argparse.Namespace) -> None:
         # the state file beside it is the run's own (--resume reads it back)
         out = output_path(args.out, inputs=[args.instance, args.seed_front], stdout=False)
         try:
-            _run_one(args.instance, out, args, command)
+            _run_one(args.instance, out, args, command, args.workers)
         except ConnectionError as err:
             raise InputError(str(err)) from None
         return
@@ -509,15 +515,16 @@ def _run(args: argparse.Namespace) -> None:
         raise InputError(f"--match {' '.join(args.match)}: no instance of suite "
                          f"{args.suite!r} matches")
     args.out.mkdir(exist_ok=True)  # a directory output: made, its parent must exist
-    if args.jobs == 1:
+    if args.workers == 1:
         for path, out in todo:
-            _run_one(path, out, args, command)
+            _run_one(path, out, args, command, 1)
         return
     # The largest instances first, so that the last front to finish is a small one.
     todo.sort(key=lambda job: -Instance.load(job[0]).num_domains)
     context = multiprocessing.get_context("spawn")  # HiGHS and CP-SAT state stays per process
-    with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-        for future in [pool.submit(_run_one, path, out, args, command) for path, out in todo]:
+    with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+        for future in [pool.submit(_run_one, path, out, args, command, 1)
+                       for path, out in todo]:
             future.result()
 
 

@@ -371,19 +371,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("instance", type=Path, help="instance JSON")
     parser.add_argument("--out", type=Path, required=True, help="front JSON to write")
     parser.add_argument("--quiet", action="store_true", help="no report line")
-    parser.add_argument("--seed", type=SEED, default=Nsga2Settings.seed)
+    parser.add_argument("--seed", type=SEED, default=Nsga2Settings.seed,
+                        help="one seed of the search, 0 to 2^32 - 1 (default %(default)s); "
+                             "island i runs with seed + i")
     parser.add_argument("--generations", type=integer_arg(1, 1_000_000),
-                        default=Nsga2Settings.generations)
+                        default=Nsga2Settings.generations,
+                        help="generations of each island (default %(default)s)")
     parser.add_argument("--population", type=integer_arg(2, 100_000),
-                        default=Nsga2Settings.population)
-    parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation)
+                        default=Nsga2Settings.population,
+                        help="population of each island (default %(default)s)")
+    parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation,
+                        help="mutation operator (default %(default)s)")
     parser.add_argument("--descent", type=integer_arg(0, 100_000),
                         default=Nsga2Settings.descent,
                         help="plans the final Pareto descent expands (0: none)")
     parser.add_argument("--seed-plans", dest="seeds", choices=SEEDS, default=Nsga2Settings.seeds,
                         help="the first population's seed plans")
     parser.add_argument("--islands", type=integer_arg(1, 64), default=Nsga2Settings.islands,
-                        help="independent searches, one process each (seeds S, S+1, ...)")
+                        help="independent searches, each in a worker process of its own "
+                             "(seeds S, S+1, ...)")
     parser.add_argument("--verbose", action="store_true", help="hypervolume per generation")
     args = parser.parse_args(argv)
     return run_cli(lambda: _run(args))

@@ -124,12 +124,15 @@ def test_cli_writes_a_front_and_exports_models(tmp_path):
     assert np.all(np.array(front.normalisation["hv_reference"])
                   >= np.array(front.normalisation["nadir"]))
     assert sorted(p.suffix for p in tmp_path.glob("front-dp*.lp"))
+    quiet = _cli(str(path), "--out", str(tmp_path / "quiet.json"), "--quiet")
+    assert quiet.returncode == 0 and quiet.stdout == "", quiet.stderr
+    assert fronts_agree(Front.load(tmp_path / "quiet.json", instance), front)
 
 
 def test_cli_suite_runs_fronts_in_parallel_processes(tmp_path):
-    """``--jobs 2`` on two cheap quick instances reproduces their committed fronts."""
+    """``--suite --workers 2`` on two cheap quick instances reproduces their committed fronts."""
     done = _cli("--suite", "quick", "--out", str(tmp_path), "--engine", "portfolio",
-                "--jobs", "2", "--match", "aws-10", "--match", "k8")
+                "--workers", "2", "--match", "aws-10", "--match", "k8")
     assert done.returncode == 0, done.stderr
     written = sorted(tmp_path.glob("*.front.json"))
     assert [p.name for p in written] == ["aws-10-k5-llama2-70b-s110.front.json",
@@ -140,11 +143,11 @@ def test_cli_suite_runs_fronts_in_parallel_processes(tmp_path):
         committed = Front.load(FRONTS / "quick" / path.name, instance)
         front = Front.load(path, instance)
         assert fronts_agree(front, committed)
-        assert "--jobs 2" in front.provenance["command"]
+        assert "--workers 2" in front.provenance["command"]
 
 
 @pytest.mark.parametrize("args", [["missing.json"], ["--engine", "gurobi"],
-                                  ["--suite", "quick", "--jobs", "0"]])
+                                  ["--suite", "quick", "--workers", "0"]])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args):
     done = _cli(*args, "--out", str(tmp_path / "x.json"))
     assert done.returncode == 2

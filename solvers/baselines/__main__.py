@@ -24,10 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m solvers.baselines",
                        description="Run one of the papers' baselines on an instance.")
     parser.add_argument("instance", type=Path, help="instance JSON")
-    parser.add_argument("--method", required=True, choices=list(METHODS))
+    parser.add_argument("--method", required=True, choices=list(METHODS),
+                        help="the baseline to run")
     parser.add_argument("--out", type=Path, required=True, help="front JSON to write")
     parser.add_argument("--quiet", action="store_true", help="no report line")
-    parser.add_argument("--seed", type=SEED, default=0, help="dtfm: seed of the GA")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed, 0 to 2^32 - 1, of dtfm's GA (default 0; the other "
+                             "methods are deterministic)")
     parser.add_argument("--sync-every", type=integer_arg(1, 1_000_000), default=DEFAULT_SYNC_EVERY,
                         help="diloco: inner steps between WAN syncs (H)")
     parser.add_argument("--beam", type=integer_arg(1, 100_000), default=DEFAULT_BEAM,
