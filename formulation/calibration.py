@@ -11,6 +11,7 @@ best one the evaluator finds among powers of two, as the paper tuned it per conf
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import Domain, Instance, Links, ModelSpec, SearchSpace, Training
 from formulation.plan import Plan, Stage
 from formulation.presets import GPUS
+from formulation.schema import InputError, check_integer, check_number, read_text
 
 MICRO_BATCH_CANDIDATES = (1, 2, 4, 8, 16)
 
@@ -50,13 +52,55 @@ class CalibrationResult:
         return self.evaluated_tflops / self.row.published_tflops - 1
 
 
+# the table's columns (a CalibrationRow's fields, in order) and the bounds of their values
+INTEGER_COLUMNS = {"heads": 100_000, "hidden": 1_000_000, "layers": 100_000, "tp": 1_000,
+                   "pp": 10_000, "gpus": 1_000_000, "global_batch": 100_000_000}
+COLUMNS = ("params_b", *INTEGER_COLUMNS, "achieved_tflops_per_gpu")
+MAX_ROWS = 10_000
+
+
 def read_table(path: str | Path) -> list[CalibrationRow]:
-    with open(path, encoding="utf-8") as handle:
-        lines = [line for line in handle if not line.startswith("#")]
-    return [CalibrationRow(float(r["params_b"]), int(r["heads"]), int(r["hidden"]),
-                           int(r["layers"]), int(r["tp"]), int(r["pp"]), int(r["gpus"]),
-                           int(r["global_batch"]), float(r["achieved_tflops_per_gpu"]))
-            for r in csv.DictReader(lines)]
+    """The table's rows, every value checked: a bad file or value is one
+    :class:`InputError` naming the file, row and column."""
+    text = read_text(path, "calibration table")
+    lines = [line for line in io.StringIO(text, newline=None) if not line.startswith("#")]
+    reader = csv.DictReader(lines)
+    where = f"calibration table {str(path)!r}"
+    missing = [column for column in COLUMNS if column not in (reader.fieldnames or ())]
+    if missing:
+        raise InputError(f"{where} has no column {missing[0]!r}")
+    rows = []
+    for number, record in enumerate(reader, start=1):
+        if number > MAX_ROWS:
+            raise InputError(f"{where} has more than {MAX_ROWS:,} rows")
+        at = f"{where} row {number}"
+        values = {}
+        for column in COLUMNS:
+            text = record.get(column)
+            try:
+                value = float(text.strip()) if column not in INTEGER_COLUMNS \
+                    else int(text.strip())
+            except (AttributeError, ValueError):
+                kind = "an integer" if column in INTEGER_COLUMNS else "a number"
+                raise InputError(f"{at}: {column} must be {kind}, got {text!r}") from None
+            if column in INTEGER_COLUMNS:
+                values[column] = check_integer(value, f"{at}: {column}", low=1,
+                                               high=INTEGER_COLUMNS[column])
+            else:
+                values[column] = check_number(value, f"{at}: {column}", low=0, high=1e6,
+                                              low_open=True)
+        tp, pp, gpus = values["tp"], values["pp"], values["gpus"]
+        if gpus % (tp * pp):
+            raise InputError(f"{at}: gpus {gpus} is not a multiple of tp x pp = {tp * pp}")
+        if values["global_batch"] % (gpus // (tp * pp)):
+            raise InputError(f"{at}: global_batch {values['global_batch']} is not a multiple "
+                             f"of the data-parallel degree {gpus // (tp * pp)}")
+        if pp > values["layers"]:
+            raise InputError(f"{at}: pp {pp} exceeds layers {values['layers']}")
+        rows.append(CalibrationRow(*values.values()))
+    if not rows:
+        raise InputError(f"{where} has no rows")
+    return rows
 
 
 def row_instance(row: CalibrationRow) -> Instance:

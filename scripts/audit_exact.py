@@ -18,23 +18,50 @@ import time
 
 import numpy as np
 
+from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli
 from instances.tiny import audit_instance
+from solvers.audit import ENGINES as DEFAULT_ENGINES
 from solvers.audit import audit
+from solvers.engine import ENGINES
+from solvers.exact import SEED_KINDS
+
+MAX_COUNT = 1_000_000
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--engines", default="highs,cpsat,portfolio,labels")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed-plans", dest="seeds", default="baselines",
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/audit_exact.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=integer_arg(1, MAX_COUNT), default=100,
+                        help=f"instances drawn (1..{MAX_COUNT:,})")
+    parser.add_argument("--seed", type=SEED, default=None,
+                        help="one seed: of the generator the instances are drawn from "
+                             "(default: a fresh one, printed)")
+    parser.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+                        help=f"comma-separated engines, of {', '.join(sorted(ENGINES))}")
+    parser.add_argument("--threads", type=integer_arg(1, 256), default=2,
+                        help="HiGHS threads and CP-SAT workers per engine")
+    parser.add_argument("--seed-plans", dest="seeds", choices=SEED_KINDS, default="baselines",
                         help="the sweeps' seed plans")
     parser.add_argument("--asymmetric", action="store_true",
                         help="only instances whose WAN links differ by direction")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _audit(args))
+
+
+def _engines(text: str) -> tuple[str, ...]:
+    engines = tuple(text.split(","))
+    for name in engines:
+        if name not in ENGINES:
+            raise InputError(f"--engines: unknown engine {name!r}; known: "
+                             f"{', '.join(sorted(ENGINES))}")
+    if len(set(engines)) != len(engines):
+        raise InputError(f"--engines names an engine twice: {text!r}")
+    return engines
+
+
+def _audit(args: argparse.Namespace) -> int:
+    engines = _engines(args.engines)
     seed = secrets.randbits(32) if args.seed is None else args.seed
-    engines = tuple(args.engines.split(","))
     print(f"audit seed {seed}: {args.count} instances, engines {', '.join(engines)}")
     rng = np.random.default_rng(seed)
     totals = {e: {"exact": 0, "wrong": 0, "agree": 0, "seconds": 0.0} for e in engines}

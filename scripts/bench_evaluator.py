@@ -7,25 +7,40 @@ Targets (issue 2): single-plan evaluation median <= 200 us; batched >= 20,000 pl
 
 import argparse
 import statistics
+import sys
 import time
 
 import numpy as np
 
 from formulation import PlanBatch, SearchSpace, evaluate, evaluate_batch
+from formulation.schema import CliParser, InputError, integer_arg, run_cli
 from instances.generate import generate_instance
 from instances.sample import random_plan
 
+# 100,000 plans hold about 1.2 GB (plans and batch arrays): the bound keeps a run in memory
+MAX_PLANS = 200_000
+MAX_REPEAT = 100_000
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plans", type=int, default=20_000, help="plans in the batch")
-    parser.add_argument("--repeat", type=int, default=2_000, help="single-plan evaluations")
-    args = parser.parse_args()
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/bench_evaluator.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--plans", type=integer_arg(1, MAX_PLANS), default=20_000,
+                        help=f"random plans drawn for the batch (1..{MAX_PLANS:,})")
+    parser.add_argument("--repeat", type=integer_arg(1, MAX_REPEAT), default=2_000,
+                        help=f"single-plan evaluations timed per kind (1..{MAX_REPEAT:,})")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _bench(args))
+
+
+def _bench(args: argparse.Namespace) -> None:
     # Chains may use all 20 domains (max_stages 20), so long pipelines are timed too.
     instance = generate_instance(20, "70b", seed=7, topology="cn-hubs",
                                  search=SearchSpace(max_stages=20))
     rng = np.random.default_rng(0)
     plans = [p for p in (random_plan(instance, rng) for _ in range(args.plans)) if p]
+    if not plans:
+        raise InputError(f"--plans {args.plans}: no random plan was drawn; ask for more")
     stages = np.mean([p.num_stages for p in plans])
     print(f"instance {instance.name}: K={instance.num_domains}, "
           f"{instance.model.layers} layers; {len(plans)} random plans, {stages:.1f} stages avg")
@@ -55,10 +70,12 @@ def main() -> None:
         long = [x for x, i in zip(samples, range(args.repeat), strict=True)
                 if plans[i % len(plans)].num_stages >= 12]
         samples.sort()
+        longest = (f"median {statistics.median(long) * 1e6:.0f} us" if long
+                   else "none timed")
         print(f"single plan, {name}: median {statistics.median(samples) * 1e6:.0f} us, "
               f"p95 {samples[int(0.95 * len(samples))] * 1e6:.0f} us; plans with >= 12 "
-              f"stages: median {statistics.median(long) * 1e6:.0f} us")
+              f"stages: {longest}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -22,7 +22,7 @@ domain): symmetry breaking among identical domains can only pay where there are 
 """
 
 import argparse
-import json
+import sys
 import time
 from pathlib import Path
 
@@ -30,18 +30,31 @@ import numpy as np
 import pyomo.environ as pyo
 
 from formulation.evaluator import evaluate_plans
-from formulation.instance import Instance
+from formulation.instance import MAX_DOMAINS, Instance
+from formulation.schema import (
+    CliParser,
+    InputError,
+    integer_arg,
+    number_arg,
+    read_json,
+    run_cli,
+)
 from instances.suites import SUITES, suite_paths
 from solvers.bounds import PairBounds
 from solvers.engine import SolveRequest, make_engine
 from solvers.exact import seed_plans
+from solvers.front import Front
 from solvers.tables import all_pair_tables
 
 VARIANTS = ("plain", "floors", "start", "both")
+# the engines whose model model_size() can count: a Pyomo MILP on HiGHS, a CP-SAT model
+SIZED_ENGINES = ("highs", "highs-nopresolve", "cpsat", "cpsat-nopresolve")
+MAX_TIME_LIMIT = 1e6  # seconds (11.6 days)
+MAX_UNITS = 100_000
 
 
 def model_size(engine) -> str:
-    if engine.name == "highs":
+    if engine.name.startswith("highs"):
         model = engine.model
         rows = sum(1 for _ in model.component_data_objects(pyo.Constraint, active=True))
         return f"{model.nvariables():>6} {rows:>6}"
@@ -52,13 +65,18 @@ def model_size(engine) -> str:
 def solve_table(suite: str, time_limit: float, engines: list[str], pair: str,
                 ks: set[int] | None) -> None:
     seen = set()
-    print(f"{'K':>3} {'instance':34} {'pair':>5} {'engine':>6} {'vars':>6} {'cons':>6} "
-          f"{'variant':>7} {'status':>10} {'solve s':>8} {'step s':>10} {'gap':>9}")
+    chosen = []  # the first instance of each K asked for, every one read before any solve
     for path in suite_paths(suite):
         instance = Instance.load(path)
         if instance.num_domains in seen or (ks and instance.num_domains not in ks):
             continue
         seen.add(instance.num_domains)
+        chosen.append(instance)
+    if not chosen:
+        raise InputError(f"--k: suite {suite!r} has no instance of K in {sorted(ks or ())}")
+    print(f"{'K':>3} {'instance':34} {'pair':>5} {'engine':>6} {'vars':>6} {'cons':>6} "
+          f"{'variant':>7} {'status':>10} {'solve s':>8} {'step s':>10} {'gap':>9}")
+    for instance in chosen:
         pairs = sorted(all_pair_tables(instance), key=lambda t: (t.dp, t.micro_batch))
         tables = pairs[-1] if pair == "largest" else pairs[0]
         bounds = PairBounds(tables)
@@ -90,25 +108,52 @@ def solve_table(suite: str, time_limit: float, engines: list[str], pair: str,
                       f"{result.status.value:>10} {wall:8.2f} {step} {gap}", flush=True)
 
 
+def provenance_figure(path: Path, front: Front, *keys: str, default=None) -> float:
+    """A number of the front's provenance (``keys``: its path); a front without it is bad
+    input, named by file and field (None: ``default``)."""
+    value = front.provenance
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            if default is not None:
+                return default
+            raise InputError(f"front {str(path)!r}: provenance.{'.'.join(keys)} is missing")
+        value = value[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+        raise InputError(f"front {str(path)!r}: provenance.{'.'.join(keys)} must be a "
+                         "finite number")
+    return value
+
+
 def front_table(directory: Path) -> None:
     """One row per committed front, ordered by K: size, status, solves, wall time, worst gap."""
     instances = {path.stem: path for suite in SUITES for path in suite_paths(suite)}
     rows = []
-    for path in directory.glob("*.front.json"):
-        front = json.loads(path.read_text())
-        instance = Instance.load(instances[front["instance"]])
-        rows.append((instance.num_domains, front["instance"], front))
+    for path in sorted(directory.glob("*.front.json")):
+        document = read_json(path, "front")
+        name = document.get("instance") if isinstance(document, dict) else None
+        if not isinstance(name, str) or name not in instances:  # its plans name its domains
+            raise InputError(f"front {str(path)!r}: instance {name!r} is not an instance of "
+                             "the committed suites")
+        instance = Instance.load(instances[name])
+        front = Front.load(path, instance)
+        figures = [provenance_figure(path, front, *keys, default=default) for keys, default in
+                   ((("steps",), 0), (("sweep", "solves"), None), (("unproven_steps",), None),
+                    (("wall_time_s",), None))]
+        rows.append((instance.num_domains, front.instance, front, figures))
+    if not rows:
+        raise InputError(f"--fronts {str(directory)!r} holds no *.front.json")
     print(f"{'K':>3} {'front':34} {'points':>6} {'status':>10} {'steps':>5} {'solves':>6} "
           f"{'unproven':>8} {'wall s':>8} {'s/point':>8} {'med gap':>9} {'max gap':>9}")
-    for k, name, front in sorted(rows, key=lambda row: (row[0], row[1])):
-        provenance, points = front["provenance"], len(front["points"])
-        gaps = [p["gap"] for p in front["points"] if p.get("gap") is not None]
+    for k, name, front, figures in sorted(rows, key=lambda row: (row[0], row[1])):
+        steps, solves, unproven, wall = figures
+        points = len(front.points)
+        gaps = [p.gap for p in front.points if p.gap is not None]
         median, largest = (f"{np.median(gaps):9.2e}", f"{max(gaps):9.2e}") if gaps \
             else (f"{'-':>9}", f"{'-':>9}")
-        print(f"{k:>3} {name:34} {points:>6} {front['status']:>10} "
-              f"{provenance.get('steps', 0):>5} {provenance['sweep']['solves']:>6} "
-              f"{provenance['unproven_steps']:>8} {provenance['wall_time_s']:8.1f} "
-              f"{provenance['wall_time_s'] / max(1, points):8.1f} {median} {largest}")
+        print(f"{k:>3} {name:34} {points:>6} {front.status:>10} "
+              f"{steps:>5} {solves:>6} "
+              f"{unproven:>8} {wall:8.1f} "
+              f"{wall / max(1, points):8.1f} {median} {largest}")
 
 
 def scaleout_table(path: Path, units: int, time_limit: float | None) -> None:
@@ -164,31 +209,54 @@ def symmetry_table() -> None:
         print(f"{suite:>6} {len(counts):>9} {sum(c > 0 for c in counts):>11} {sum(counts):>6}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="bench")
-    parser.add_argument("--time-limit", type=float, default=None,
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/bench_exact.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="bench",
+                        help="the committed suite the first form times")
+    parser.add_argument("--time-limit", type=number_arg(0, MAX_TIME_LIMIT, low_open=True),
+                        default=None,
                         help="seconds per solve (default 60), or for the whole --scaleout front")
-    parser.add_argument("--engines", default="highs,cpsat")
-    parser.add_argument("--fronts", type=Path, help="print the cost of committed fronts")
+    parser.add_argument("--engines", default="highs,cpsat",
+                        help=f"comma-separated engines, of {', '.join(SIZED_ENGINES)}")
+    parser.add_argument("--fronts", type=Path,
+                        help="a directory of fronts: print the cost of each (*.front.json)")
     parser.add_argument("--pair", choices=["largest", "smallest"], default="largest",
                         help="which (dp, micro-batch) pair to time (smallest: dp 1, b 1)")
-    parser.add_argument("--k", type=int, action="append", help="only these K (repeatable)")
-    parser.add_argument("--scaleout", type=Path, help="time one front on 1 and 2 Dask workers")
-    parser.add_argument("--units", type=int, default=4, help="with --scaleout: GPU intervals")
+    parser.add_argument("--k", type=integer_arg(1, MAX_DOMAINS), action="append",
+                        help="only these K (repeatable)")
+    parser.add_argument("--scaleout", type=Path, metavar="INSTANCE",
+                        help="an instance JSON: time one front on 1 and 2 Dask workers")
+    parser.add_argument("--units", type=integer_arg(1, MAX_UNITS), default=4,
+                        help="with --scaleout: GPU intervals")
     parser.add_argument("--symmetry", action="store_true",
                         help="count interchangeable domains in the committed suites")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _bench(args))
+
+
+def _engines(text: str) -> list[str]:
+    engines = text.split(",")
+    for name in engines:
+        if name not in SIZED_ENGINES:
+            raise InputError(f"--engines: {name!r} is not an engine whose model this script "
+                             f"sizes; choose from {', '.join(SIZED_ENGINES)}")
+    return engines
+
+
+def _bench(args: argparse.Namespace) -> None:
     if args.symmetry:
         symmetry_table()
     elif args.scaleout:
         scaleout_table(args.scaleout, args.units, args.time_limit)
     elif args.fronts:
+        if not args.fronts.is_dir():
+            raise InputError(f"--fronts {str(args.fronts)!r}: no such directory")
         front_table(args.fronts)
     else:
-        solve_table(args.suite, args.time_limit or 60.0, args.engines.split(","), args.pair,
+        solve_table(args.suite, args.time_limit or 60.0, _engines(args.engines), args.pair,
                     set(args.k) if args.k else None)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

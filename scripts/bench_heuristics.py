@@ -16,6 +16,7 @@ are flagged with ``*``.
 """
 
 import argparse
+import sys
 import time
 from collections import defaultdict
 
@@ -30,38 +31,63 @@ from evaluation.metrics import (
     step_time_gaps,
 )
 from formulation.instance import Instance
+from formulation.schema import CliParser, InputError, integer_arg, run_cli
 from instances.suites import reference_front_path, suite_paths
 from solvers.baselines import METHODS, baseline_front
 from solvers.front import Front, dominated_by
 from solvers.nsga2 import MUTATIONS, Nsga2Settings, nsga2_front
 
 COVERAGE_EPS = 0.02
+MAX_SEEDS = 10_000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="quick", choices=["quick", "bench"])
-    parser.add_argument("--seeds", type=int, default=3,
-                        help="a count: seeds 0..N-1 of each heuristic")
-    parser.add_argument("--generations", type=int, default=Nsga2Settings.generations)
-    parser.add_argument("--population", type=int, default=Nsga2Settings.population)
-    parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation)
-    parser.add_argument("--descent", type=int, default=Nsga2Settings.descent)
-    parser.add_argument("--islands", type=int, default=Nsga2Settings.islands,
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/bench_heuristics.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="quick", choices=["quick", "bench"],
+                        help="the committed suite whose reference fronts are compared to")
+    parser.add_argument("--seeds", type=integer_arg(1, MAX_SEEDS), default=3,
+                        help="a COUNT, not a seed: NSGA-II runs with seeds 0..N-1 "
+                             f"(1..{MAX_SEEDS:,})")
+    parser.add_argument("--generations", type=integer_arg(1, 1_000_000),
+                        default=Nsga2Settings.generations, help="NSGA-II generations")
+    parser.add_argument("--population", type=integer_arg(2, 100_000),
+                        default=Nsga2Settings.population, help="NSGA-II population")
+    parser.add_argument("--mutation", choices=MUTATIONS, default=Nsga2Settings.mutation,
+                        help="NSGA-II mutation operator")
+    parser.add_argument("--descent", type=integer_arg(0, 100_000),
+                        default=Nsga2Settings.descent,
+                        help="plans NSGA-II's final Pareto descent expands (0: none)")
+    parser.add_argument("--islands", type=integer_arg(1, 64), default=Nsga2Settings.islands,
                         help="NSGA-II searches per run, one process each")
-    parser.add_argument("--methods", default=",".join(["nsga2", *METHODS]))
-    parser.add_argument("--match", action="append", default=[])
-    args = parser.parse_args()
-    if args.islands < 1:
-        parser.error("--islands must be >= 1")
-    methods = args.methods.split(",")
+    parser.add_argument("--methods", default=",".join(["nsga2", *METHODS]),
+                        help=f"comma-separated methods, of {', '.join(['nsga2', *METHODS])}")
+    parser.add_argument("--match", action="append", default=[],
+                        help="only instances whose name contains this (repeatable)")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _bench(args))
+
+
+def _methods(text: str) -> list[str]:
+    known = ["nsga2", *METHODS]
+    methods = text.split(",")
+    for name in methods:
+        if name not in known:
+            raise InputError(f"--methods: unknown method {name!r}; known: {', '.join(known)}")
+    return methods
+
+
+def _bench(args: argparse.Namespace) -> None:
+    methods = _methods(args.methods)
+    paths = [path for path in suite_paths(args.suite)
+             if not args.match or any(m in path.stem for m in args.match)]
+    if not paths:
+        raise InputError(f"--match: no instance of suite {args.suite!r} matches {args.match}")
     summary: dict[str, list[tuple[float, float, float, int]]] = defaultdict(list)
     print(f"{'instance':32} {'method':13} {'pts':>4} {'wall s':>7} {'cov 2%':>6} "
           f"{'HV ratio':>13} "
           f"{'IGD+':>6} {'eps+':>6} {'gap med':>8} {'gap max':>8} {'dom':>4}")
-    for path in suite_paths(args.suite):
-        if args.match and not any(m in path.stem for m in args.match):
-            continue
+    for path in paths:
         instance = Instance.load(path)
         reference = Front.load(reference_front_path(path), instance)
         name = path.stem + ("*" if reference.status != "exact" else "")
@@ -115,4 +141,4 @@ def _percent(values: np.ndarray, reduce) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -28,18 +28,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from formulation.schema import SEED
-from instances.generate import generate_instance
+from formulation.presets import model_preset
+from formulation.schema import (
+    SEED,
+    SEED_MAX,
+    CliParser,
+    InputError,
+    integer_arg,
+    number_arg,
+    run_cli,
+)
+from instances.generate import MAX_DOMAINS, MIN_DOMAINS, generate_instance
 from rl.decide import DEFAULT_CHECKPOINT, HIERARCHICAL, DecisionSettings, Scheduler
 from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.masks import Budgets
 from rl.tasks import BudgetRange, perturb
 
 TOPOLOGIES = ("random", "cn-hubs", "aws-10")
+INSTANCE_SEED_BASE = 900_000  # instance seed S is generator seed 900,000 + S
+MAX_REPEATS = 100_000
+MAX_PAIRS = 10_000
+MAX_LOWER_TIME = 3600.0
 
 
 def percentiles(values: list[float]) -> str:
@@ -48,18 +63,36 @@ def percentiles(values: list[float]) -> str:
             f"max {ms.max():7.1f} ms  (n = {len(ms)})")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
-    parser.add_argument("--domains", type=int, default=20)
-    parser.add_argument("--model", default="70b")
-    parser.add_argument("--instance-seeds", dest="seeds", type=int, nargs="+",
-                        default=[1, 2, 3], help="generator seeds of the instances")
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--pairs", type=int, default=HIERARCHICAL.pairs)
-    parser.add_argument("--lower-time", type=float, default=HIERARCHICAL.lower_time)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/bench_hippo.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
+                        help="the Hi-PPO checkpoint to decide with")
+    parser.add_argument("--domains", type=integer_arg(MIN_DOMAINS, MAX_DOMAINS), default=20,
+                        help="domains K of the generated instances (aws-10: at most 10)")
+    parser.add_argument("--model", default="70b", help="model preset of the instances")
+    parser.add_argument("--instance-seeds", dest="seeds", nargs="+",
+                        type=integer_arg(0, SEED_MAX - INSTANCE_SEED_BASE), default=[1, 2, 3],
+                        help="generator seeds of the instances (one instance per topology "
+                             "and seed)")
+    parser.add_argument("--repeats", type=integer_arg(1, MAX_REPEATS), default=50,
+                        help="timed decisions per kind and instance")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed: of the budgets and perturbations drawn")
+    parser.add_argument("--pairs", type=integer_arg(0, MAX_PAIRS), default=HIERARCHICAL.pairs,
+                        help="pairs the lower level places (0: the policy builds every stage)")
+    parser.add_argument("--lower-time", type=number_arg(0, MAX_LOWER_TIME, low_open=True),
+                        default=HIERARCHICAL.lower_time,
+                        help="seconds the lower level may take per decision")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _bench(args))
+
+
+def _bench(args: argparse.Namespace) -> None:
+    try:
+        model_preset(args.model)
+    except KeyError as err:
+        raise InputError(f"--model: {err.args[0]}") from None
     settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time)
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint)
@@ -72,7 +105,8 @@ def main() -> None:
     for seed in args.seeds:
         for topology in TOPOLOGIES:
             domains = min(args.domains, 10) if topology == "aws-10" else args.domains
-            instance = generate_instance(domains, args.model, 900_000 + seed, topology)
+            instance = generate_instance(domains, args.model, INSTANCE_SEED_BASE + seed,
+                                         topology)
             start = time.perf_counter()
             InstanceCache(instance, InstanceStatics.of(instance))
             times["cold start"].append(time.perf_counter() - start)
@@ -115,4 +149,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,17 +9,17 @@
 import argparse
 import dataclasses
 import itertools
+import sys
 from pathlib import Path
 
 from formulation.calibration import calibrate_row, read_table
 from formulation.costmodel import EFFICIENCY
+from formulation.schema import CliParser, run_cli
 
 DEFAULT = Path(__file__).resolve().parent.parent / "tests" / "data" / "megatron_sc21_table1.csv"
 GRID = {"matmul_eta_max": (0.74, 0.77, 0.80), "matmul_half_dim": (32.0, 56.0, 72.0),
         "collective_efficiency": (0.55, 0.6, 0.65), "elementwise_bytes_per_hidden": (15.0, 20.0,
                                                                                     25.0)}
-
-
 def fit(rows) -> None:
     scored = []
     for values in itertools.product(*GRID.values()):
@@ -31,11 +31,19 @@ def fit(rows) -> None:
         print(f"max |error| {worst:.1%}: {dict(zip(GRID, values, strict=True))}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", default=DEFAULT)
-    parser.add_argument("--fit", action="store_true")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/calibration.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--table", type=Path, default=DEFAULT,
+                        help="CSV of Table 1's rows (default: tests/data/"
+                             "megatron_sc21_table1.csv)")
+    parser.add_argument("--fit", action="store_true",
+                        help="re-run the grid search of the efficiency constants")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _calibrate(args))
+
+
+def _calibrate(args: argparse.Namespace) -> None:
     rows = read_table(args.table)
     if args.fit:
         fit(rows)
@@ -54,4 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,27 +1,46 @@
 """Distribution of the closed-form 1F1B step time's error against the event-level simulation.
 
-    python scripts/closed_form_vs_simulation.py [--suite bench|quick] [--plans 8] [--chains 4]
+    python scripts/closed_form_vs_simulation.py [--suite bench|quick|full] [--plans 8] [--chains 4]
+                                                [--seed 0]
 
 Target (issue 2): median |error| <= 5 %, max |error| <= 15 % over the benchmark suite.
 """
 
 import argparse
+import sys
 
 import numpy as np
 
-from formulation.schema import SEED
-from instances.suites import suite_paths
+from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli
+from instances.suites import SUITES, suite_paths
 from instances.validation import compare_suite
 
+MAX_PLANS = 10_000
+MAX_CHAINS = 1_000
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="bench")
-    parser.add_argument("--plans", type=int, default=8, help="random feasible plans per instance")
-    parser.add_argument("--chains", type=int, default=4, help="fastest chain plans per instance")
-    parser.add_argument("--seed", type=SEED, default=0)
-    args = parser.parse_args()
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/closed_form_vs_simulation.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="bench",
+                        help="the committed suite whose instances are compared")
+    parser.add_argument("--plans", type=integer_arg(0, MAX_PLANS), default=8,
+                        help=f"random feasible plans per instance (0..{MAX_PLANS:,})")
+    parser.add_argument("--chains", type=integer_arg(0, MAX_CHAINS), default=4,
+                        help=f"fastest chain plans per instance (0..{MAX_CHAINS:,})")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed: of the first instance's random plans (the next "
+                             "instances take the following seeds)")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _compare(args))
+
+
+def _compare(args: argparse.Namespace) -> None:
+    if args.plans == 0 and args.chains == 0:
+        raise InputError("--plans and --chains are both 0: no plan to compare")
     rows = compare_suite(suite_paths(args.suite), args.plans, args.chains, args.seed)
+    if not rows:
+        raise InputError(f"no feasible plan to compare on suite {args.suite!r}")
     errors = np.array([r.relative_error for r in rows])
     magnitude = np.abs(errors)
     print(f"{len(rows)} plans on {len({r.instance for r in rows})} instances of '{args.suite}'")
@@ -43,4 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -14,19 +14,23 @@ work budget at the rate the slowest runs reach, so that a run ends near its dead
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
 import solvers.chain
 from formulation.instance import Instance
-from instances.suites import FRONTS_DIR, SUITES_DIR
+from formulation.schema import CliParser, integer_arg, number_arg, run_cli
+from instances.suites import FRONTS_DIR, SUITES, SUITES_DIR
 from rl.lower import forget, place
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.front import Front
 from solvers.tables import all_pair_tables
 
 RUNS: list[tuple[float, int, int]] = []  # (seconds, work, labels) per DP run
+MAX_POINTS = 10_000
+MAX_CAP = 1e12  # units of work of one DP run: hours at the measured rates
 
 
 def _timed(kernel, cap: int):
@@ -40,13 +44,31 @@ def _timed(kernel, cap: int):
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suites", nargs="+", default=["bench", "full"])
-    parser.add_argument("--points", type=int, default=2)
-    parser.add_argument("--cap", type=float, default=3e8)
-    args = parser.parse_args()
-    solvers.chain.label_dp = _timed(solvers.chain.label_dp, int(args.cap))
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/dp_work_rate.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", nargs="+", choices=sorted(SUITES), default=["bench", "full"],
+                        help="the committed suites whose instances are run")
+    parser.add_argument("--points", type=integer_arg(1, MAX_POINTS), default=2,
+                        help="front points per instance whose budgets are run at most "
+                             f"(1..{MAX_POINTS:,})")
+    parser.add_argument("--cap", type=number_arg(1, MAX_CAP), default=3e8,
+                        help=f"units of work one DP run stops at (1..{MAX_CAP:g})")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _measure(args))
+
+
+def _measure(args: argparse.Namespace) -> None:
+    kernel = solvers.chain.label_dp
+    solvers.chain.label_dp = _timed(kernel, int(args.cap))
+    RUNS.clear()
+    try:
+        _rates(args)
+    finally:  # the DP runs untimed again for whatever runs next in this process
+        solvers.chain.label_dp = kernel
+
+
+def _rates(args: argparse.Namespace) -> None:
     rows = {}
     for suite in args.suites:
         first = len(RUNS)
@@ -67,17 +89,24 @@ def main() -> None:
         rows[suite] = RUNS[first:]
     rows["all"] = RUNS
     for name, runs in rows.items():
+        if not runs:
+            print(f"{name:6s} {0:6d} runs")
+            continue
         seconds, work, labels = np.array(runs, dtype=float).T
         long = seconds >= 0.01
         rate = work[long] / seconds[long]
+        if long.any():
+            slow = (f"work/s p1 {np.percentile(rate, 1) / 1e6:.1f} M, "
+                    f"p50 {np.percentile(rate, 50) / 1e6:.1f} M; labels/s p1 "
+                    f"{np.percentile(labels[long] / seconds[long], 1) / 1e6:.2f} M, p50 "
+                    f"{np.percentile(labels[long] / seconds[long], 50) / 1e6:.2f} M")
+        else:
+            slow = "none"
         print(f"{name:6s} {len(runs):6d} runs, {seconds.sum():7.1f} s: "
               f"{work.sum() / seconds.sum() / 1e6:6.1f} M work/s, "
               f"{labels.sum() / seconds.sum() / 1e6:5.2f} M labels/s; runs >= 10 ms "
-              f"({long.sum()}): work/s p1 {np.percentile(rate, 1) / 1e6:.1f} M, "
-              f"p50 {np.percentile(rate, 50) / 1e6:.1f} M; labels/s p1 "
-              f"{np.percentile(labels[long] / seconds[long], 1) / 1e6:.2f} M, p50 "
-              f"{np.percentile(labels[long] / seconds[long], 50) / 1e6:.2f} M")
+              f"({long.sum()}): {slow}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

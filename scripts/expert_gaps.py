@@ -11,6 +11,7 @@ instance, the medians and the local search time.
 """
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -18,24 +19,38 @@ import numpy as np
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.reward import scalarised_cost
-from instances.suites import PREFERENCES, reference_front_path, suite_paths
+from formulation.schema import CliParser, InputError, integer_arg, run_cli
+from instances.suites import PREFERENCES, SUITES, reference_front_path, suite_paths
 from rl.imitation import ImitationSettings, choices, expert_plans
 from solvers.baselines import baseline_references
 from solvers.front import Front
 
+DEFAULT_MATCH = ["k5-", "k8-", "k10-"]
+MAX_POLISH = 10_000
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="bench")
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/expert_gaps.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="bench",
+                        help="the committed suite whose instances are scored")
     parser.add_argument("--match", action="append", default=None,
-                        help="keep instances whose name contains this (repeatable)")
-    parser.add_argument("--polish", type=int, default=ImitationSettings.polish)
-    args = parser.parse_args()
-    matches = args.match or ["k5-", "k8-", "k10-"]
+                        help="keep instances whose name contains this (repeatable; default: "
+                             f"{' '.join(DEFAULT_MATCH)})")
+    parser.add_argument("--polish", type=integer_arg(0, MAX_POLISH),
+                        default=ImitationSettings.polish,
+                        help=f"best expert plans local search starts from (0..{MAX_POLISH:,})")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _gaps(args))
+
+
+def _gaps(args: argparse.Namespace) -> None:
+    matches = args.match or DEFAULT_MATCH
+    paths = [path for path in suite_paths(args.suite) if any(m in path.name for m in matches)]
+    if not paths:
+        raise InputError(f"--match: no instance of suite {args.suite!r} matches {matches}")
     before, after, seconds = [], [], 0.0
-    for path in suite_paths(args.suite):
-        if not any(m in path.name for m in matches):
-            continue
+    for path in paths:
         instance = Instance.load(path)
         front = Front.load(reference_front_path(path), instance)
         exact = np.array([point.objectives for point in front.points])
@@ -65,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,17 +8,20 @@ in a feasible plan (a dead end would stop the script), with the mask time per DO
 """
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
 from formulation.instance import Instance
 from formulation.result import evaluate
-from formulation.schema import SEED
+from formulation.schema import SEED, CliParser, integer_arg, run_cli
 from instances.suites import reference_front_path, suite_paths
 from rl.env import PlanEnv, Task
 from rl.masks import PlanRules
 from solvers.front import Front
+
+MAX_EPISODES = 100_000
 
 
 def reachable(instance: Instance, front: Front) -> int:
@@ -27,11 +30,18 @@ def reachable(instance: Instance, front: Front) -> int:
     return sum(state is not None and state.layers_left == 0 for state in built)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=20)
-    parser.add_argument("--seed", type=SEED, default=0)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/hippo_masks.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=integer_arg(1, MAX_EPISODES), default=20,
+                        help=f"random admissible episodes per instance (1..{MAX_EPISODES:,})")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed: of the random admissible actions")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _masks(args))
+
+
+def _masks(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     for suite in ("quick", "bench"):
         points = built = episodes = feasible = 0
@@ -62,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,27 +18,41 @@ cold at each point: in the policy's order and in a random one (seeded), the shar
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from formulation.instance import Instance
-from formulation.schema import SEED
-from instances.suites import FRONTS_DIR, SUITES_DIR
+from formulation.schema import SEED, CliParser, integer_arg, run_cli
+from instances.suites import FRONTS_DIR, SUITES, SUITES_DIR
 from rl.decide import DEFAULT_CHECKPOINT, HIERARCHICAL, Scheduler
 from rl.lower import forget, place, search
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.front import Front
 
+MAX_PAIRS = 1_000
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="bench")
-    parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
-    parser.add_argument("--pairs", type=int, default=4)
-    parser.add_argument("--exhaust", action="store_true")
-    parser.add_argument("--seed", type=SEED, default=0)
-    args = parser.parse_args()
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/hippo_pair_ranking.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="bench",
+                        help="the committed suite whose exact fronts' points are asked")
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
+                        help="the Hi-PPO checkpoint whose ranking is measured")
+    parser.add_argument("--pairs", type=integer_arg(1, MAX_PAIRS), default=4,
+                        help=f"the first k = 1..PAIRS ranked pairs are placed (1..{MAX_PAIRS:,})")
+    parser.add_argument("--exhaust", action="store_true",
+                        help="measure the default search in the policy's and a random order")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed: of the random order (--exhaust)")
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _rank(args))
+
+
+def _rank(args: argparse.Namespace) -> None:
     if args.exhaust:
         exhaust(args)
         return
@@ -101,4 +115,4 @@ def exhaust(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,29 +12,87 @@ with the decisions it took (mean): the README's per-K rows.
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from formulation.schema import CliParser, InputError, read_json, run_cli
+
 GROUPS = (("K = 5-10", 5, 10), ("K = 12-20", 12, 20), ("K = 20", 20, 20))
+# the figures a record gives per instance (a number, or null: not defined)
+FIGURES = ("coverage_0.02", "coverage_0.05", "hv_ratio", "median_gap", "feasibility",
+           "front_decisions")
+TIMES = ("latency_s", "front_wall_s")  # seconds: a number or a list of numbers
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path)
+def main(argv: list[str] | None = None) -> int:
+    parser = CliParser(prog="python scripts/results_by_domains.py",
+                       description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path, metavar="RESULTS_DIR",
+                        help="the --out directory of evaluation.pareto_coverage")
     parser.add_argument("--method", action="append", default=None,
                         help="only this method (repeatable; default: every one but exact)")
-    args = parser.parse_args()
-    path = args.results / "records.json"
-    try:
-        records = json.loads(path.read_text())["records"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        print(f"error: {path}: not an evaluation's records ({type(err).__name__})",
-              file=sys.stderr)
-        sys.exit(2)
-    methods = args.method or sorted({r["method"] for r in records} - {"exact"})
+    args = parser.parse_args(argv)
+    return run_cli(lambda: _split(args))
+
+
+def _number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) \
+        and math.isfinite(value)
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of an evaluation's ``records.json``, each checked for the fields this
+    script reads; a bad one is one :class:`InputError` naming the file and the record."""
+    document = read_json(path, "records")
+    where = f"records file {str(path)!r}"
+    if not isinstance(document, dict) or not isinstance(document.get("records"), list):
+        raise InputError(f"{where} is not an evaluation's records (no list 'records')")
+    records = document["records"]
+    for i, record in enumerate(records):
+        at = f"{where}: records[{i}]"
+        if not isinstance(record, dict):
+            raise InputError(f"{at} must be an object")
+        for key in ("method", "instance"):
+            if not isinstance(record.get(key), str):
+                raise InputError(f"{at}.{key} must be a string")
+        domains = record.get("domains")
+        if isinstance(domains, bool) or not isinstance(domains, int):
+            raise InputError(f"{at}.domains must be an integer")
+        for key in FIGURES:
+            if key not in record:
+                raise InputError(f"{at}.{key} is missing")
+            if record[key] is not None and not _number(record[key]):
+                raise InputError(f"{at}.{key} must be a finite number or null")
+        for key in TIMES:
+            value = record.get(key)
+            values = value if isinstance(value, list) else [value]
+            if not all(_number(x) for x in values):
+                raise InputError(f"{at}.{key} must be a number or a list of numbers")
+    return records
+
+
+def _two(values: np.ndarray, first, second, form: str) -> tuple[str, str]:
+    """Two figures of ``values`` (each ``form``-formatted), '-' where there is no value
+    (a method whose runs timed no decision)."""
+    if not len(values):
+        return "-", "-"
+    return f"{first(values):{form}}", f"{second(values):{form}}"
+
+
+def _split(args: argparse.Namespace) -> None:
+    if not args.results.is_dir():
+        raise InputError(f"RESULTS_DIR {str(args.results)!r}: no such directory")
+    records = read_records(args.results / "records.json")
+    present = sorted({r["method"] for r in records})
+    unknown = [m for m in args.method or () if m not in present]
+    if unknown:
+        raise InputError(f"--method: no record of method {unknown[0]!r} in "
+                         f"{str(args.results / 'records.json')!r} (methods: "
+                         f"{', '.join(present)})")
+    methods = args.method or sorted(set(present) - {"exact"})
     for method in methods:
         for name, least, most in GROUPS:
             group = [r for r in records
@@ -56,15 +114,18 @@ def main() -> None:
 
             latency = 1e3 * np.concatenate([np.atleast_1d(r["latency_s"]) for r in group])
             fronts = np.concatenate([np.atleast_1d(r["front_wall_s"]) for r in group])
+            p50, p99 = _two(latency, lambda v: np.percentile(v, 50),
+                            lambda v: np.percentile(v, 99), ".0f")
+            median, largest = _two(fronts, np.median, np.max, ".2f")
             print(f"{method} {name} ({len(instances)} instances): "
                   f"coverage 2 % {100 * mean('coverage_0.02'):.1f} %, 5 % "
                   f"{100 * mean('coverage_0.05'):.1f} %, HV ratio {mean('hv_ratio'):.3f}, "
                   f"median gap {100 * float(np.median(per_instance('median_gap'))):.2f} %,"
                   f" feasible {100 * mean('feasibility'):.1f} %; decision p50 "
-                  f"{np.percentile(latency, 50):.0f} ms, p99 {np.percentile(latency, 99):.0f} "
-                  f"ms; front median {np.median(fronts):.2f} s, max {fronts.max():.2f} s, "
+                  f"{p50} ms, p99 {p99} "
+                  f"ms; front median {median} s, max {largest} s, "
                   f"{mean('front_decisions'):.0f} decisions")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
