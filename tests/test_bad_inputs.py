@@ -22,7 +22,8 @@ does not exist), ``{tmp}`` (the directory itself), ``{suite}`` (a suite director
 instance and its committed front, with ``suite_instance_mutate`` applied to the instance,
 ``front_mutate`` to the front and ``manifest`` written as its manifest). A case with
 ``commands`` instead of ``command`` is run once per listed command, with that command's
-``usual`` arguments (:data:`USUAL`) and its ``args`` appended.
+``usual`` arguments (:data:`USUAL`) and its ``args`` appended. A case with ``interrupt``
+(a dotted ``module.function``) has Ctrl-C pressed when the command calls that function.
 """
 
 from __future__ import annotations
@@ -165,12 +166,28 @@ def _run(command: str, argv: list[str]) -> tuple[int, str, str]:
     return int(status or 0), stdout.getvalue(), stderr.getvalue()
 
 
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_case(case: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     places = _prepare(case, tmp_path)
     argv = [re.sub(r"\{(\w+)\}", lambda m: places[m.group(1)], a) for a in case["args"]]
     before, corpus = _contents(tmp_path), _contents(CORPUS)
+    if "interrupt" in case:  # Ctrl-C when the command reaches this function
+        where, name = case["interrupt"].rsplit(".", 1)
+        owner, *attributes = where.split(".")
+        for cut in range(len(attributes), -1, -1):  # the longest importable module
+            try:
+                owner = importlib.import_module(".".join([owner, *attributes[:cut]]))
+            except ModuleNotFoundError:
+                continue
+            for attribute in attributes[cut:]:
+                owner = getattr(owner, attribute)
+            break
+        monkeypatch.setattr(owner, name, _interrupt)
     status, _, stderr = _run(case["command"], argv)
     assert "Traceback" not in stderr, stderr
     assert status == case["exit"], stderr
