@@ -172,7 +172,10 @@ class PairPool:
         """The pair's combinatorial step-time floor under the caps, remembered: a floor holds
         under every tighter cap too, so a later step skips the DP (about 50 ms a pair at
         K = 10 on the full space) while the floor still exceeds what it must beat. The
-        ``cutoff`` lets the chain relaxation prove the floor above it."""
+        ``cutoff`` lets the chain relaxation prove the floor above it. No floor starts past
+        the deadline."""
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            raise OutOfTime
         floor = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap, cutoff)
         self.step_floors[i].append((gpu_cap, cost_cap, floor))
         return floor

@@ -17,7 +17,8 @@ solves and refute false claims.
 Scale-out: ``--units U`` cuts the sweep into U GPU intervals, balanced on the seeds' GPU
 counts, that run independently in this process, in ``--workers`` local processes or on a
 Dask cluster (``--scheduler``); their union is the front. ``--time-limit`` bounds the whole
-run: what was found is written as a ``best_known`` front and the sweep's position beside it
+run (the seeding stops at half of it, no step or floor starts after it; one that is running
+finishes): what was found is written as a ``best_known`` front and the sweep's position beside it
 (``FRONT.json.state``); ``--resume`` continues from there, and reaches the front an
 uninterrupted run reaches.
 
@@ -36,8 +37,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
-import json
 import math
 import multiprocessing
 import sys
@@ -145,15 +144,18 @@ def add_known(pool: PairPool, instance: Instance, plans: list[Plan]) -> None:
             certifier.known.add(plan, tuple(row))
 
 
-def seed_plans(instance: Instance, kind: str) -> list[Plan]:
-    """The plans of fast heuristics that a sweep starts from (``ExactSettings.seeds``)."""
+def seed_plans(instance: Instance, kind: str, deadline: float | None = None) -> list[Plan]:
+    """The plans of fast heuristics that a sweep starts from (``ExactSettings.seeds``);
+    with ``deadline`` (``time.perf_counter()`` seconds), those found before it (NSGA-II,
+    when asked for, runs whole if it starts before it)."""
     if kind == "none":
         return []
+    from solvers.baselines import SEED_METHODS
     from solvers.baselines import seed_plans as baseline_seeds
 
-    plans = baseline_seeds(instance, FAST_SEED_METHODS) if kind == "fast" \
-        else baseline_seeds(instance)
-    if kind == "nsga2":
+    plans = baseline_seeds(instance, FAST_SEED_METHODS if kind == "fast" else SEED_METHODS,
+                           deadline)
+    if kind == "nsga2" and (deadline is None or time.perf_counter() < deadline):
         from solvers.nsga2 import nsga2_front
 
         plans += [p.plan for p in nsga2_front(instance).points]
@@ -223,11 +225,14 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     settings = settings or ExactSettings(engine=engine, threads=threads, time_limit=time_limit,
                                          solve_limit=solve_limit)
     start = time.perf_counter()
-    # The time limit covers the whole run, seeding included.
+    # The time limit covers the whole run: seeding (at most half of it), the sweep and the
+    # bounds of the front.
     deadline = None if settings.time_limit is None else time.time() + settings.time_limit
+    ends = None if deadline is None else start + settings.time_limit  # perf_counter's
+    seeding_ends = None if deadline is None else start + settings.time_limit / 2
     document = instance.to_dict()
     if resume is None:
-        seeds = list(dict.fromkeys(seed_plans(instance, settings.seeds)
+        seeds = list(dict.fromkeys(seed_plans(instance, settings.seeds, seeding_ends)
                                    + front_plans(instance, settings.seed_front)))
         seed_front = Front.from_plans(instance, seeds, "heuristic")
         intervals = split_intervals(settings.units, [int(p.objectives[1])
@@ -262,7 +267,8 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     all_tables = all_pair_tables(instance)
     floors = [PairBounds(tables) for tables in all_tables]
     front = assemble(instance, states, seeds, stats,
-                     lambda n, c: min((f.step_floor(n, c) for f in floors), default=math.inf))
+                     lambda n, c: min((f.step_floor(n, c) for f in floors), default=math.inf),
+                     ends)
     wall = previous["wall_time_s"] + time.perf_counter() - start
     front.provenance = {
         "command": command or f"solvers.exact.exact_front(engine={settings.engine!r})",
@@ -288,11 +294,13 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
 
 
 def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
-             stats: SweepStats, floor: Callable[[float, float], float] | None = None) -> Front:
+             stats: SweepStats, floor: Callable[[float, float], float] | None = None,
+             deadline: float | None = None) -> Front:
     """The front of the sweeps' candidates: ``exact`` if every interval is done and every
     step proven; else ``best_known``, with the seeds no candidate matched as heuristic
     points, each bounded by the steps whose caps cover it and by ``floor(gpus, cost)``, a
-    certified lower bound on the step time of every plan under those caps."""
+    certified lower bound on the step time of every plan under those caps (until
+    ``deadline``, ``time.perf_counter()`` seconds: a floor costs a DP)."""
     candidates = sorted((c for s in states for c in s.candidates), key=lambda c: not c.proven)
     exact = all(s.done for s in states) and stats.unproven == 0 \
         and all(c.proven for c in candidates)
@@ -309,7 +317,8 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
         for plan, keep, (t, n, c) in zip(seeds, kept, result.objectives, strict=True):
             if keep:
                 bounds = [x.bound for x in candidates if x.gpu_cap >= n and x.cost_cap >= c]
-                if floor is not None:
+                if floor is not None and (deadline is None
+                                          or time.perf_counter() < deadline):
                     bounds.append(floor(n, c))
                 plans.append(plan)
                 proofs.append(("heuristic", min(t, max(bounds)) if bounds else None))
@@ -326,10 +335,6 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
 
 
 # -- resuming ---------------------------------------------------------------------------------
-def _fingerprint(instance: Instance) -> str:
-    return hashlib.sha256(json.dumps(instance.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
 def _engine_stats(document: dict) -> EngineStatistics:
     return EngineStatistics(document["solves"], document["wall_time_s"],
                             Counter(document["statuses"]), document["handed_over"])
@@ -340,7 +345,7 @@ def state_document(instance: Instance, settings: ExactSettings, seeds: list[Plan
                    wall_time_s: float, runs: int) -> dict:
     """Everything a later run needs to continue this one (``--resume``)."""
     return {"schema": STATE_SCHEMA, "instance": instance.name,
-            "fingerprint": _fingerprint(instance), "engine": settings.engine,
+            "fingerprint": instance.content_hash(), "engine": settings.engine,
             "seeds": [p.to_dict() for p in seeds], "states": [s.to_dict() for s in states],
             "stats": stats.to_dict(), "engines": engines.to_dict(),
             "wall_time_s": wall_time_s, "runs": runs}
@@ -349,7 +354,7 @@ def state_document(instance: Instance, settings: ExactSettings, seeds: list[Plan
 def check_resumable(document: dict, instance: Instance, settings: ExactSettings) -> None:
     if not isinstance(document, dict) or document.get("schema") != STATE_SCHEMA:
         raise InputError(f"--resume: the state is not a {STATE_SCHEMA} document")
-    if document.get("fingerprint") != _fingerprint(instance):
+    if document.get("fingerprint") != instance.content_hash():
         raise InputError(f"--resume: the state belongs to another instance "
                          f"({document.get('instance')!r})")
     if document.get("engine") != settings.engine:
@@ -448,8 +453,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="front JSON (one instance) or directory (--suite)")
     parser.add_argument("--engine", default=DEFAULT_ENGINE, help=f"one of {sorted(ENGINES)}")
     parser.add_argument("--time-limit", type=number_arg(0, low_open=True), default=None,
-                        help="seconds for the whole front; past it the front is best_known "
-                             "and --resume continues it")
+                        help="seconds for the whole run (seeding at most half of it); past "
+                             "it the front is best_known and --resume continues it")
     parser.add_argument("--solve-limit", type=number_arg(0, low_open=True), default=None,
                         help="seconds per solve; a sweep continues from incumbents (best_known)")
     parser.add_argument("--gap", type=number_arg(0.0, 0.999), default=0.0,

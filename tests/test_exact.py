@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,14 @@ from formulation.instance import Instance, SearchSpace
 from formulation.result import evaluate
 from instances.suites import suite_paths
 from instances.tiny import tiny_instance
+from solvers.baselines import baseline_front
+from solvers.baselines.sailor import sailor_candidates
 from solvers.bounds import PairBounds
 from solvers.bruteforce import brute_force_front, enumerate_plans
 from solvers.certify import ModelMismatch, check_values
-from solvers.engine import ModelValues, SolveRequest, SolveStatus
-from solvers.exact import exact_front
+from solvers.engine import NO_CAP, ModelValues, SolveRequest, SolveStatus
+from solvers.epsilon import SweepState, SweepStats
+from solvers.exact import assemble, exact_front, seed_plans
 from solvers.front import Front, dominated_by, fronts_agree
 from solvers.highs import HighsEngine
 from solvers.tables import all_pair_tables, pair_tables
@@ -207,16 +211,37 @@ def test_a_per_solve_limit_is_applied_and_labels_the_front():
         assert point.bound is not None and point.bound <= point.objectives[0] * (1 + 1e-9)
 
 
-def test_a_front_cut_before_any_step_bounds_its_heuristic_points_by_the_floors():
+def test_a_front_cut_before_any_step_holds_the_first_seeds():
+    """The time limit covers the seeding too: past it, no further seeding method starts,
+    no floor is computed, and the front holds the first (fastest) method's plans."""
     instance = Instance.load(suite_paths("quick")[0])
     front = exact_front(instance, "cpsat", time_limit=1e-6, threads=1)
     assert front.status == "best_known" and front.provenance["steps"] == 0
     assert front.points and all(p.status == "heuristic" for p in front.points)
+    assert all(p.bound is None for p in front.points)
+    single = {p.plan for p in baseline_front(instance, "single-domain").points}
+    assert {p.plan for p in front.points} <= single
+
+
+def test_heuristic_points_of_a_front_cut_short_are_bounded_by_the_floors():
+    instance = Instance.load(suite_paths("quick")[0])
     floors = [PairBounds(t) for t in all_pair_tables(instance)]
+    front = assemble(instance, [SweepState.start(0.0, NO_CAP)], seed_plans(instance, "fast"),
+                     SweepStats(), lambda n, c: min(f.step_floor(n, c) for f in floors))
+    assert front.status == "best_known"
+    assert front.points and all(p.status == "heuristic" for p in front.points)
     for point in front.points:
         _, gpus, cost = point.objectives
         assert point.bound == pytest.approx(min(f.step_floor(gpus, cost) for f in floors))
         assert 0.0 <= point.gap < 1.0
+
+
+def test_seeding_stops_at_its_deadline():
+    instance = Instance.load(suite_paths("quick")[0])
+    first = [p.plan for p in baseline_front(instance, "single-domain").points]
+    assert seed_plans(instance, "baselines", deadline=time.perf_counter()) == first
+    assert sailor_candidates(instance, deadline=time.perf_counter()) == []
+    assert sailor_candidates(instance)
 
 
 # -- scale-out and resuming ---------------------------------------------------------------

@@ -70,11 +70,18 @@ SEED_METHODS = ("single-domain", "greedy", "sailor")
 NSGA-II's first population)."""
 
 
-def seed_plans(instance: Instance, methods: tuple[str, ...] = SEED_METHODS) -> list[Plan]:
-    """The feasible pipeline plans of ``methods``, without repeats, in method order."""
+def seed_plans(instance: Instance, methods: tuple[str, ...] = SEED_METHODS,
+               deadline: float | None = None) -> list[Plan]:
+    """The feasible pipeline plans of ``methods``, without repeats, in method order. With
+    ``deadline`` (``time.perf_counter()`` seconds: a search seeded under a time limit), no
+    method after the first starts after it, and Sailor's enumeration, the one that grows
+    with the instance, stops at it."""
     plans: list[Plan] = []
-    for method in methods:
-        plans += [p.plan for p in baseline_front(instance, method).points
+    for rank, method in enumerate(methods):
+        if rank and deadline is not None and time.perf_counter() >= deadline:
+            break
+        options = {"deadline": deadline} if method == "sailor" else {}
+        plans += [p.plan for p in baseline_front(instance, method, **options).points
                   if isinstance(p.plan, Plan)]
     return list(dict.fromkeys(plans))
 

@@ -29,6 +29,7 @@ non-dominated plans, which are the decisions.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from functools import cache
 
@@ -118,11 +119,16 @@ def layouts(tables: PairTables, beam: int) -> Iterator[tuple[tuple[int, ...], li
                                       for _ in range(c)]
 
 
-def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM) -> list[Plan]:
+def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM,
+                      deadline: float | None = None) -> list[Plan]:
     """Per (dp, micro-batch) pair, GPU count and region chain, the layout the DP estimates
-    fastest (its slowest stage or busiest link: the 1F1B period)."""
+    fastest (its slowest stage or busiest link: the 1F1B period). With ``deadline``
+    (``time.perf_counter()`` seconds), the layouts estimated before it (a search that seeds
+    another under a time limit)."""
     plans = []
     for tables in all_pair_tables(instance):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
 
         @cache
         def split(sequence: tuple[int, ...], tables=tables) -> tuple[tuple[int, ...], float]:
@@ -136,6 +142,8 @@ def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM) -> list[Plan
 
         best: dict[tuple, tuple[float, list[Slot], tuple[int, ...]]] = {}
         for chain, slots in layouts(tables, beam):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             layers, slowest = split(tuple(s.option for s in slots))
             if not layers:
                 continue
@@ -149,5 +157,7 @@ def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM) -> list[Plan
     return plans
 
 
-def sailor(instance: Instance, beam: int = DEFAULT_BEAM) -> Decisions:
-    return keep_feasible(instance, sailor_candidates(instance, beam), {"beam": beam})
+def sailor(instance: Instance, beam: int = DEFAULT_BEAM,
+           deadline: float | None = None) -> Decisions:
+    return keep_feasible(instance, sailor_candidates(instance, beam, deadline),
+                         {"beam": beam})
