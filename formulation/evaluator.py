@@ -86,7 +86,7 @@ def _layer_tables(cm: CostModel, b: np.ndarray, t: np.ndarray, rc: np.ndarray) -
     """Per-layer coefficients for each (micro-batch, tp, recompute) entry, computed once per
     distinct triple by the cached scalar functions of the cost model."""
     key = (b * 4096 + t) * 4 + rc
-    unique, inverse = np.unique(key, return_inverse=True)
+    unique, inverse = _distinct(key)
     columns = {name: np.empty(len(unique)) for name in
                ("compute", "activation", "workspace", "edge_first", "edge_last", "logits",
                 "recompute_flops")}
@@ -99,24 +99,54 @@ def _layer_tables(cm: CostModel, b: np.ndarray, t: np.ndarray, rc: np.ndarray) -
         columns["edge_last"][i] = cm.edge_compute_time(ub, ut, False, True)
         columns["logits"][i] = cm.logits_bytes(ub, ut)
         columns["recompute_flops"][i] = cm.recompute_flops_per_layer(1, urc)
-    inverse = inverse.reshape(key.shape)
     return {name: values[inverse] for name, values in columns.items()}
 
 
-def latency_bound(compute_from_end: np.ndarray, delay_from_end: np.ndarray) -> np.ndarray:
+DENSE_KEYS = 1 << 22  # keys below this are told apart by a look-up table, not by sorting
+
+
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` with the inverse in ``key``'s shape; for
+    small non-negative keys (every realistic batch) by counting, ten times faster."""
+    top = int(key.max(initial=0))
+    if key.size == 0 or key.min() < 0 or top >= DENSE_KEYS:
+        unique, inverse = np.unique(key, return_inverse=True)
+        return unique, inverse.reshape(key.shape)
+    unique = np.flatnonzero(np.bincount(key.ravel(), minlength=top + 1))
+    rank = np.zeros(top + 1, dtype=np.intp)
+    rank[unique] = np.arange(len(unique))
+    return unique, rank[key]
+
+
+def latency_bound(compute_from_end: np.ndarray, delay_from_end: np.ndarray,
+                  stages: np.ndarray | None = None) -> np.ndarray:
     """max over windows k <= j of (sum_{k<=i<=j} c_i + 2 sum_{k<=i<j} delta_i) / (j - k + 1),
     positions counted from the end, delta_i joining positions i+1 and i (SPEC indexing);
-    ``delay_from_end[:, p]`` holds delta_{p-1}."""
-    width = compute_from_end.shape[1]
-    zero = np.zeros((len(compute_from_end), 1))
+    ``delay_from_end[:, p]`` holds delta_{p-1}. ``stages``: each row's number of real
+    positions, the rest zero padding: windows that start in the padding are skipped (they
+    add nothing), which saves a third of the work on batches of mixed lengths."""
+    n, width = compute_from_end.shape
+    zero = np.zeros((n, 1))
     compute_before = np.concatenate([zero, np.cumsum(compute_from_end, axis=1)], axis=1)
     delay_upto = np.cumsum(delay_from_end, axis=1)
-    best = np.zeros(len(compute_from_end))
+    order = None
+    rows = np.full(width, n)  # rows[k]: the leading rows with a window starting at k
+    if stages is not None and n:
+        order = np.argsort(-np.asarray(stages), kind="stable")  # longest plans first
+        compute_before, delay_upto = compute_before[order], delay_upto[order]
+        rows = (np.asarray(stages)[:, None] > np.arange(width)[None, :]).sum(axis=0)
+    best = np.zeros(n)
     for k in range(width):  # windows starting at position k, all ends j >= k at once
-        span = (compute_before[:, k + 1:] - compute_before[:, k:k + 1]
-                + 2 * (delay_upto[:, k:] - delay_upto[:, k:k + 1]))
-        best = np.maximum(best, (span / np.arange(1, width - k + 1)).max(axis=1))
-    return best
+        r = int(rows[k])
+        span = (compute_before[:r, k + 1:] - compute_before[:r, k:k + 1]
+                + 2 * (delay_upto[:r, k:] - delay_upto[:r, k:k + 1]))
+        best[:r] = np.maximum(best[:r], (span / np.arange(1, width - k + 1)).max(axis=1,
+                                                                                 initial=0.0))
+    if order is None:
+        return best
+    out = np.empty(n)
+    out[order] = best
+    return out
 
 
 def _check_batch(batch: PlanBatch, num_domains: int) -> None:
@@ -178,7 +208,8 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
         delay_from_end[:, 1:] = np.where(real[:, 1:],
                                          np.take_along_axis(delay, by_boundary, axis=1), 0.0)
     period = np.maximum(compute.max(axis=1), occupancy.max(axis=1, initial=0.0))
-    period = np.maximum(period, latency_bound(compute_from_end, delay_from_end))
+    period = np.maximum(period, latency_bound(compute_from_end, delay_from_end,
+                                              n_stages))
     pipeline = (m - 1) * period + compute.sum(axis=1) + 2 * delay.sum(axis=1)
     step_time = pipeline + allreduce.max(axis=1) + optimizer.max(axis=1)
 
