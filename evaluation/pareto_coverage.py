@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -53,7 +52,15 @@ from formulation.outputs import (
     write_atomic,
     write_json,
 )
-from formulation.schema import MAX_WORKERS, CliParser, InputError, integer_arg, read_json, run_cli
+from formulation.schema import (
+    MAX_WORKERS,
+    CliParser,
+    InputError,
+    integer_arg,
+    number_arg,
+    read_json,
+    run_cli,
+)
 from instances.suites import (
     SUITES,
     SUITES_DIR,
@@ -61,9 +68,15 @@ from instances.suites import (
     suite_paths,
     suite_preferences,
 )
+from solvers.chain import MAX_DEADLINE_S
 from solvers.front import Front, command_line, versions
 
 DEFAULT_METHODS = ALL_METHODS
+TABLES = ("units", "methods", "preferences", "kpis", "points")
+RESULTS_NAMES = ({f"{table}.{kind}" for table in TABLES for kind in ("csv", "parquet")}
+                 | {"records.json", "report.md", "plots"})
+"""Everything the evaluation writes into ``--out``: an existing ``--out`` holding anything
+else is not replaced."""
 
 
 def suite_files(suite: str) -> tuple[list[tuple[Path, Path]], Path]:
@@ -97,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", default="quick", help="quick, bench, full or a directory")
     parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
                         help=f"methods to score (default: all of {', '.join(ALL_METHODS)})")
-    parser.add_argument("--out", type=Path, default=Path("results"),
+    parser.add_argument("--out", type=str, default="results",
                         help="results directory, swapped in whole at the end (default "
                              "results/; its parent must exist)")
     parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS),
@@ -118,7 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--hippo-pairs", type=integer_arg(0, 100_000), default=None,
                         help="Hi-PPO: pairs the lower level places per decision (default: "
                         "rl.decide's)")
-    parser.add_argument("--hippo-lower-time", type=float, default=None,
+    parser.add_argument("--hippo-lower-time",
+                        type=number_arg(0, MAX_DEADLINE_S, low_open=True), default=None,
                         help="Hi-PPO: seconds the lower level may take per decision "
                         "(default: rl.decide's)")
     parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
@@ -138,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
                         "every decision")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="Hi-PPO checkpoint (default: the shipped one)")
-    parser.add_argument("--target-gap", type=float, default=0.05,
+    parser.add_argument("--target-gap", type=number_arg(0, 0.999), default=0.05,
                         help="time-to-target: hypervolume ratio >= 1 - this")
     parser.add_argument("--match", action="append", default=[],
                         help="only instances whose name contains this (repeatable)")
@@ -152,17 +166,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> list[str]:
-    if args.hippo_lower_time is not None and not 0 < args.hippo_lower_time < math.inf:
-        raise InputError("--hippo-lower-time must be a number of seconds > 0")
     if args.checkpoint is not None and not args.checkpoint.is_file():
         raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
-    if not 0 <= args.target_gap < 1:
-        raise InputError("--target-gap must be in [0, 1)")
-    for name, least in (("generations", 1), ("population", 2), ("descent", 0)):
-        value = getattr(args, name)
-        if value is not None and value < least:
-            raise InputError(f"--{name} must be >= {least}")
     names = [n for item in (args.methods or DEFAULT_METHODS) for n in item.split(",") if n]
+    if not names:
+        raise InputError(f"--methods: no method named; choose from {', '.join(ALL_METHODS)}")
     try:
         check_methods(names)
     except ValueError as err:
@@ -196,8 +204,16 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     if not pairs:
         raise InputError(f"--match: no instance of {args.suite!r} matches {args.match}")
     documents = []
+    names: dict[str, Path] = {}
     for instance_path, front_path in pairs:  # bad input fails here, before any work
-        Front.load(front_path, Instance.load(instance_path))
+        instance = Instance.load(instance_path)
+        if instance.name in names:  # every table and plot is keyed by the name
+            raise InputError(f"instances {str(names[instance.name])!r} and "
+                             f"{str(instance_path)!r} are both named {instance.name!r}")
+        names[instance.name] = instance_path
+        if not Front.load(front_path, instance).points:
+            raise InputError(f"front {str(front_path)!r}: a reference front needs at least "
+                             "one point")
         documents.append((read_json(instance_path, "instance"), read_json(front_path, "front")))
     for name in missing:
         print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
@@ -228,7 +244,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
              for method in methods for instance, front in documents
              for seed in range(seeds(method))]
     # the results appear whole or not at all; a second run into --out meanwhile is refused
-    with ResultsDirectory(out) as staging:
+    with ResultsDirectory(out, RESULTS_NAMES) as staging:
         _evaluate(units, args, settings, methods, missing, started, staging)
     print(f"{len(units)} units in {round(time.perf_counter() - started, 1)} s -> "
           f"{out}/report.md", file=sys.stderr)
@@ -260,11 +276,10 @@ def _evaluate(units: list[WorkUnit], args: argparse.Namespace, settings: Evaluat
                   "workers": args.workers, "scheduler": args.scheduler,
                   "units": len(units), "finished": datetime.now(UTC).isoformat(timespec="seconds"),
                   "wall_time_s": round(time.perf_counter() - started, 1)}
-    write_frame(units_table, out, "units")
-    write_frame(methods_table, out, "methods")
-    write_frame(gaps.reset_index(), out, "preferences")
-    write_frame(kpis, out, "kpis")
-    write_frame(_points_frame(records), out, "points")
+    frames = {"units": units_table, "methods": methods_table,
+              "preferences": gaps.reset_index(), "kpis": kpis, "points": _points_frame(records)}
+    for table in TABLES:
+        write_frame(frames[table], out, table)
     write_json(out / "records.json", strict({"provenance": provenance, "records": records}))
     figures = [*plots.front_plots(records, out / "plots"),
                plots.coverage_plot(records, out / "plots"),

@@ -1,7 +1,8 @@
 """PNG plots of the evaluation (matplotlib, no screen needed).
 
-* ``fronts-<instance>.png``: the exact front and every method's points (first seed) in the
-  three 2-D projections of (step_time_s, gpus, comm_cost);
+* ``fronts-<instance>.png`` (the name made a safe file name, :func:`file_stem`): the
+  exact front and every method's points (first seed) in the three 2-D projections of
+  (step_time_s, gpus, comm_cost);
 * ``coverage_vs_eps.png``: mean coverage over instances against the tolerance eps;
 * ``latency_vs_quality.png``: mean hypervolume ratio against decision time per method,
   with the anytime curve of every anytime method and the exact solver at its wall time.
@@ -9,6 +10,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +32,16 @@ def _save(figure, path: Path) -> None:
     path.parent.mkdir(exist_ok=True)  # the results directory's own plots/
     write_atomic(path, lambda p: figure.savefig(p, format="png", dpi=110))
     plt.close(figure)
+
+
+def file_stem(name: str) -> str:
+    """A file name for an instance's name: letters (any script), digits, ``.``, ``-`` and
+    ``_`` kept, the rest ``_``, at most 80 characters; a name that had to change gets a
+    short hash of itself, so that two names never share a file."""
+    stem = re.sub(r"[^\w.-]+", "_", name)[:80].lstrip(".") or "_"
+    if stem != name:
+        stem += "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    return stem
 
 
 def _methods(records: list[dict]) -> list[str]:
@@ -62,7 +75,7 @@ def front_plots(records: list[dict], directory: Path) -> list[Path]:
         axes[0].legend(fontsize=7, loc="upper right")
         figure.suptitle(f"{instance}: exact front and methods (projections)")
         figure.tight_layout()
-        path = directory / f"fronts-{instance}.png"
+        path = directory / f"fronts-{file_stem(instance)}.png"
         _save(figure, path)
         paths.append(path)
     return paths

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from formulation.schema import InputError, Reader, check_integer, check_matrix, read_json
+from formulation.schema import (
+    InputError,
+    Reader,
+    check_integer,
+    check_matrix,
+    check_number,
+    read_json,
+)
 from formulation.trace import Trace
 
 INSTANCE_SCHEMA = "xdsched.instance/1"
@@ -27,6 +34,10 @@ MIN_DOMAINS, MAX_DOMAINS = 1, 20  # generated scenarios use 5..20
 # finite 1e308 price would overflow to infinity) and every model small enough to build.
 MAX_LAYERS = 1024
 MAX_DOMAIN_GPUS = 10_000_000
+# the search space's size: every exact solve, NSGA-II genome and agent decision grows with it
+MAX_SEARCH_VALUES = 32  # values of one of dp, tp, micro_batch
+MAX_PAIRS = 256  # (dp, micro-batch) pairs: one exact model each
+MAX_STAGES = 128  # pipeline stages of a plan (GPT-3 1T on 3,072 GPUs used 64)
 LINK_LIMITS = {"bandwidth_gbps": 1e6, "latency_ms": 1e6, "price_per_gb": 1e3}
 
 @dataclass(frozen=True)
@@ -42,7 +53,7 @@ class GpuSpec:
     @staticmethod
     def from_dict(r: Reader) -> GpuSpec:
         spec = GpuSpec(
-            name=r.string("name"),
+            name=r.name("name"),
             peak_tflops=r.number("peak_tflops", low=0, low_open=True, high=1e5),
             hbm_gb=r.number("hbm_gb", low=0, low_open=True, high=1e5),
             hbm_gbps=r.number("hbm_gbps", low=0, low_open=True, high=1e6),
@@ -95,7 +106,7 @@ class ModelSpec:
     @staticmethod
     def from_dict(r: Reader) -> ModelSpec:
         spec = ModelSpec(
-            name=r.string("name"),
+            name=r.name("name"),
             layers=r.integer("layers", low=1, high=MAX_LAYERS),
             hidden=r.integer("hidden", low=1, high=1_000_000),
             heads=r.integer("heads", low=1, high=100_000),
@@ -130,12 +141,14 @@ class Domain:
         location = r.raw("location", None)
         lat = lon = None
         if location is not None:
-            if (not isinstance(location, list) or len(location) != 2
-                    or not all(isinstance(x, int | float) for x in location)):
+            if not isinstance(location, list) or len(location) != 2:
                 raise InputError(f"{path}.location must be [latitude, longitude]")
-            lat, lon = float(location[0]), float(location[1])
+            lat = check_number(location[0], f"{path}.location[0] (latitude)", low=-90,
+                               high=90)
+            lon = check_number(location[1], f"{path}.location[1] (longitude)", low=-180,
+                               high=180)
         domain = Domain(
-            name=r.string("name"),
+            name=r.name("name"),
             gpus=r.integer("gpus", low=0, high=MAX_DOMAIN_GPUS),
             free_gpus=r.integer("free_gpus", low=0, high=MAX_DOMAIN_GPUS),
             intra_bandwidth_gbps=r.number("intra_bandwidth_gbps", low=0, low_open=True,
@@ -229,8 +242,7 @@ class SearchSpace:
     def from_dict(r: Reader) -> SearchSpace:
         def positive_ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
             values = r.items(key, lambda v, p: check_integer(v, p, low=1, high=1_000_000),
-                             list(default),
-                             min_len=1)
+                             list(default), min_len=1, max_len=MAX_SEARCH_VALUES)
             return tuple(sorted(set(values)))
 
         def mode(value: Any, path: str) -> str:
@@ -243,9 +255,12 @@ class SearchSpace:
             tp=positive_ints("tp", SearchSpace.tp),
             micro_batch=positive_ints("micro_batch", SearchSpace.micro_batch),
             recompute=tuple(r.items("recompute", mode, list(RECOMPUTE_MODES), min_len=1)),
-            max_stages=r.integer("max_stages", 8, low=1, high=MAX_LAYERS),
+            max_stages=r.integer("max_stages", 8, low=1, high=MAX_STAGES),
         )
         r.finish()
+        if len(space.dp) * len(space.micro_batch) > MAX_PAIRS:
+            raise InputError(f"{r.path}: {len(space.dp)} dp x {len(space.micro_batch)} "
+                             f"micro_batch values are more than {MAX_PAIRS} pairs")
         return space
 
 
@@ -334,7 +349,7 @@ class Instance:
         if r.raw("trace", None) is not None:
             trace = Trace.from_dict(r.child("trace"), len(domains))
         instance = Instance(
-            name=r.string("name"),
+            name=r.name("name"),
             description=r.string("description", ""),
             gpu=gpu,
             domains=domains,

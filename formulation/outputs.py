@@ -33,7 +33,8 @@ from pathlib import Path
 from formulation.schema import InputError, dumps
 
 STDOUT = Path("-")
-"""The output path meaning standard output (a file named ``-``: ``./-``)."""
+"""The output path meaning standard output (a file named ``-``: ``./-``). Commands keep
+``--out`` as the string given, so that ``./-`` and a trailing slash are seen."""
 
 
 def _describe(path: Path) -> str | None:
@@ -79,10 +80,13 @@ def output_path(value: str | Path | None, inputs: Iterable[str | Path | None] = 
     Raises :class:`InputError` naming ``flag``."""
     if value is None:
         return None
-    if str(value) == str(STDOUT):
+    if str(value) == str(STDOUT):  # "-" itself: "./-" is a file of that name
         if not stdout:
             raise InputError(f"{flag} -: this command cannot write to standard output")
         return STDOUT
+    if isinstance(value, str) and value.endswith(("/", os.sep)):
+        raise InputError(f"{flag} {value!r} ends with a slash: it names a directory, not "
+                         "the file to write")
     path = Path(value)
     kind = _describe(path)
     if kind is not None:
@@ -200,12 +204,28 @@ class ResultsDirectory:
     The files go into a fresh sibling directory; on success it replaces ``out`` (the old
     one removed), on failure or interrupt it is removed and ``out`` is left as it was. A
     lock file beside ``out`` (holding the writer's process id) refuses a second run into
-    the same directory meanwhile; a lock whose process is gone is taken over."""
+    the same directory meanwhile; a lock whose process is gone is taken over. An existing
+    ``out`` is replaced only if it holds nothing but ``names`` (what the command writes
+    there: an earlier run's results), and never if it is the working directory: a
+    directory of other files is refused before the run, not deleted after it."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, names: Iterable[str] = ()):
         self.path = Path(path)
+        self.names = frozenset(names)
         self.lock = self.path.parent / f".{self.path.name}.lock"
         self.staging: Path | None = None
+
+    def _check_replaceable(self) -> None:
+        if not self.path.is_dir():
+            return
+        if _same(self.path, Path.cwd()):
+            raise InputError(f"--out {str(self.path)!r} is the working directory: refusing "
+                             "to replace it (name a results directory)")
+        foreign = sorted(set(os.listdir(self.path)) - self.names)
+        if foreign:
+            raise InputError(f"--out {str(self.path)!r} holds {foreign[0]!r}, which this "
+                             "command does not write: refusing to replace the directory "
+                             "(name a new or empty one)")
 
     def _acquire(self) -> None:
         for _ in range(2):
@@ -230,6 +250,7 @@ class ResultsDirectory:
             return None
 
     def __enter__(self) -> Path:
+        self._check_replaceable()
         self._acquire()
         try:
             self.staging = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.",

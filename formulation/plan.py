@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from formulation.instance import RECOMPUTE_MODES, Instance
+from formulation.instance import MAX_DOMAIN_GPUS, MAX_LAYERS, RECOMPUTE_MODES, Instance
 from formulation.outputs import write_json
 from formulation.schema import InputError, Reader, read_json
+
+MAX_TP = 1024  # tensor-parallel degree: GPUs of one node at most (gpus_per_node <= 1024)
 
 PLAN_SCHEMA = "xdsched.plan/1"
 
@@ -76,15 +78,18 @@ class Plan:
             elif domain < 0 or (instance is not None and domain >= instance.num_domains):
                 limit = "" if instance is None else f" (the instance has {instance.num_domains})"
                 raise InputError(f"{path}.domain {domain} is not a domain of the instance{limit}")
-            out = Stage(domain=domain, layers=sr.integer("layers", low=1),
-                        tp=sr.integer("tp", 1, low=1),
+            out = Stage(domain=domain, layers=sr.integer("layers", low=1, high=MAX_LAYERS),
+                        tp=sr.integer("tp", 1, low=1, high=MAX_TP),
                         recompute=sr.string("recompute", "none", choices=RECOMPUTE_MODES))
             sr.finish()
             return out
 
-        plan = Plan(dp=r.integer("dp", low=1), micro_batch=r.integer("micro_batch", low=1),
+        # a stage holds at least one layer: more stages than layers is no plan
+        most = MAX_LAYERS if instance is None else instance.model.layers
+        plan = Plan(dp=r.integer("dp", low=1, high=MAX_DOMAIN_GPUS),
+                    micro_batch=r.integer("micro_batch", low=1, high=MAX_DOMAIN_GPUS),
                     schedule=r.string("schedule", "1f1b", choices=("1f1b",)),
-                    stages=tuple(r.items("stages", stage, min_len=1)))
+                    stages=tuple(r.items("stages", stage, min_len=1, max_len=most)))
         r.finish()
         return plan
 

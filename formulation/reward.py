@@ -76,6 +76,14 @@ def check_weights(weights: tuple[float, float, float] | np.ndarray) -> np.ndarra
     return w
 
 
+def preference(weights) -> np.ndarray:
+    """A preference vector as the agent and the evaluation read it: three finite weights
+    >= 0, not all 0, scaled to sum 1 (``100,60,40`` is ``0.5,0.3,0.2``)."""
+    w = check_weights(weights)
+    w = w / w.max()  # first, so that the sum of finite weights is finite
+    return w / w.sum()
+
+
 def reward(objectives: np.ndarray, weights, scale: RewardScale) -> np.ndarray:
     w = check_weights(weights)
     return reward_terms(objectives, scale) @ (w * np.array([1.0, 1.0, -1.0]))

@@ -11,7 +11,11 @@ import argparse
 import json
 import math
 import re
+import signal
+import stat
 import sys
+import threading
+import unicodedata
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,13 +25,23 @@ class InputError(ValueError):
     """A document (instance, plan, trace) is malformed; the message names the field."""
 
 
+MAX_INPUT_BYTES = 1 << 30  # an input file larger than this is refused before it is read
+
+
 def read_text(path: str | Path, what: str) -> str:
-    """A text file's content, UTF-8; an unreadable file (absent, a directory, not UTF-8)
-    is one :class:`InputError` naming it."""
+    """A text file's content, UTF-8; an unreadable file (absent, a directory, a FIFO or
+    device, larger than :data:`MAX_INPUT_BYTES`, not UTF-8) is one :class:`InputError`
+    naming it."""
     try:
+        mode = Path(path).stat()
+        if stat.S_ISDIR(mode.st_mode):
+            raise InputError(f"{what} file {str(path)!r} is a directory")
+        if not stat.S_ISREG(mode.st_mode):  # a FIFO or device would block or never end
+            raise InputError(f"{what} file {str(path)!r} is not a regular file")
+        if mode.st_size > MAX_INPUT_BYTES:
+            raise InputError(f"{what} file {str(path)!r} is larger than "
+                             f"{MAX_INPUT_BYTES >> 20} MiB")
         data = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise InputError(f"{what} file {str(path)!r} is a directory") from None
     except OSError as err:
         raise InputError(f"{what} file {str(path)!r}: {err.strerror or err}") from None
     try:
@@ -44,7 +58,7 @@ def read_json(path: str | Path, what: str) -> Any:
     the parser's recursion allows."""
     text = read_text(path, what)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as err:
         raise InputError(
             f"{what} file {str(path)!r} is not valid JSON (line {err.lineno}: {err.msg})"
@@ -60,6 +74,17 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: JSON readers disagree on which of two equal
+    keys counts, so a document holding both is refused."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {twice!r} appears twice in one object")
+    return document
+
+
 _NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
 
 
@@ -69,6 +94,9 @@ def dumps(document: Any) -> str:
     text = json.dumps(document, indent=1, allow_nan=False)
     return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(","))
                             + "]", text) + "\n"
+
+
+MAX_NAME = 200  # characters of a name
 
 
 class Reader:
@@ -111,6 +139,18 @@ class Reader:
             raise InputError(f"{self._field(key)} must be one of {list(choices)}, got {value!r}")
         return value
 
+    def name(self, key: str) -> str:
+        """A name (of an instance, a domain, a preset): 1 to :data:`MAX_NAME` characters,
+        any script, no control characters (a name appears in one-line messages)."""
+        value = self.string(key)
+        if not 1 <= len(value) <= MAX_NAME:
+            raise InputError(f"{self._field(key)} must have 1 to {MAX_NAME} characters, got "
+                             f"{len(value)}")
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise InputError(f"{self._field(key)} holds the control character {bad!r}")
+        return value
+
     def number(self, key: str, default: Any = ..., *, low: float | None = None,
                high: float | None = None, low_open: bool = False) -> float:
         value = self.raw(key, default)
@@ -132,7 +172,7 @@ class Reader:
         return value
 
     def items(self, key: str, check: Callable[[Any, str], Any], default: Any = ...,
-              min_len: int = 0) -> list[Any]:
+              min_len: int = 0, max_len: int | None = None) -> list[Any]:
         value = self.raw(key, default)
         if value is default and default is not ...:
             return value
@@ -141,6 +181,9 @@ class Reader:
             raise InputError(f"{field} must be a list, got {_kind(value)}")
         if len(value) < min_len:
             raise InputError(f"{field} must have at least {min_len} entries, got {len(value)}")
+        if max_len is not None and len(value) > max_len:
+            raise InputError(f"{field} must have at most {max_len:,} entries, got "
+                             f"{len(value):,}")
         return [check(item, f"{field}[{i}]") for i, item in enumerate(value)]
 
     def finish(self) -> None:
@@ -171,6 +214,19 @@ def check_number(value: Any, field: str, *, low: float | None = None, high: floa
 
 
 INTEGER_LIMIT = 2 ** 53  # every integer field is exact as a float and fits int64
+
+
+def check_ranges(settings: Any, ranges: Mapping[str, tuple[float, float]],
+                 prefix: str = "") -> None:
+    """Each field of a settings dataclass named in ``ranges`` within its (low, high): an
+    integer where both bounds are ints, else a finite number; errors name
+    ``prefix + field``."""
+    for name, (low, high) in ranges.items():
+        value = getattr(settings, name)
+        if isinstance(low, int) and isinstance(high, int):
+            check_integer(value, prefix + name, low=low, high=high)
+        else:
+            check_number(value, prefix + name, low=low, high=high)
 
 
 def check_integer(value: Any, field: str, *, low: int | None = None,
@@ -260,10 +316,21 @@ class CliParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: unwound like Ctrl-C, so that no partial output stays behind."""
+
+
+def _terminate(signum, frame) -> NoReturn:
+    raise Terminated
+
+
 def run_cli(body: Callable[[], int | None]) -> int:
     """Run a command's body with the project's error convention: bad input (an
     :class:`InputError`, or a file that cannot be read or written) gives one line on stderr
-    and exit code 2, an interrupt (Ctrl-C) one line and 130, never a traceback."""
+    and exit code 2, an interrupt (Ctrl-C) one line and 130, a SIGTERM one line and 143,
+    never a traceback. Both signals unwind the run, so temporary outputs are removed."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         return body() or 0
     except InputError as err:
@@ -272,7 +339,13 @@ def run_cli(body: Callable[[], int | None]) -> int:
     except KeyboardInterrupt:  # outputs are written whole or not at all: nothing to undo
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except OSError as err:
         where = f"{str(err.filename)!r}: " if err.filename else ""
         print(f"error: cannot access {where}{err.strerror or err}", file=sys.stderr)
         return 2
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

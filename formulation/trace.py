@@ -12,7 +12,21 @@ from typing import Any
 
 import numpy as np
 
-from formulation.schema import InputError, Reader
+from formulation.schema import InputError, Reader, check_number
+
+MAX_INTERVALS = 100_000  # a trace's length: a day at about one sample a second
+
+
+def _numbers_only(value: Any, field: str) -> None:
+    """Every leaf of a nested list is a number (not a string or a boolean, which numpy
+    would convert)."""
+    stack = [(value, field)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, list):
+            stack.extend((x, f"{where}[{i}]") for i, x in enumerate(item))
+        else:
+            check_number(item, where)
 
 
 @dataclass(frozen=True)
@@ -51,8 +65,13 @@ class Trace:
 
         def series(key: str, shape: tuple[int, ...]) -> np.ndarray:
             field = f"{r.path}.{key}"
+            value = r.raw(key)
+            if not isinstance(value, list) or len(value) > MAX_INTERVALS:
+                raise InputError(f"{field} must be a list of at most {MAX_INTERVALS:,} "
+                                 "intervals")
+            _numbers_only(value, field)
             try:
-                array = np.array(r.raw(key), dtype=float)
+                array = np.array(value, dtype=float)
             except (TypeError, ValueError):
                 raise InputError(f"{field} must be a nested list of numbers") from None
             if array.ndim != len(shape) + 1 or array.shape[1:] != shape or len(array) == 0:

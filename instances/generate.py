@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -141,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="model preset or alias, e.g. 7b, 70b")
     parser.add_argument("--seed", type=SEED, required=True,
                         help="one seed of the scenario, 0 to 2^32 - 1")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=str, required=True,
                         help="instance JSON file to write (- for standard output)")
     parser.add_argument("--quiet", action="store_true", help="no report line")
     parser.add_argument("--topology", default="random", choices=list(TOPOLOGIES),

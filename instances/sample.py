@@ -19,7 +19,7 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.outputs import output_path, report_stream
 from formulation.plan import Plan, Stage
-from formulation.schema import SEED, CliParser, run_cli
+from formulation.schema import SEED, CliParser, InputError, run_cli
 
 
 def split_layers(total: int, weights: np.ndarray) -> list[int]:
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m instances.sample",
                        description="Write a random feasible plan for an instance.")
     parser.add_argument("instance", type=Path, help="instance JSON")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=str, required=True,
                         help="plan JSON to write (- for standard output)")
     parser.add_argument("--quiet", action="store_true", help="no report line")
     parser.add_argument("--seed", type=SEED, default=0,
@@ -172,8 +172,8 @@ def _sample(args: argparse.Namespace) -> int:
     instance = Instance.load(args.instance)
     plans = feasible_sample(instance, 1, args.seed)
     if not plans:
-        print(f"error: no feasible plan found for {args.instance}", file=sys.stderr)
-        return 1
+        raise InputError(f"instance {str(args.instance)!r}: no feasible plan found (the "
+                         "model fits in no sampled combination of the free GPUs)")
     plans[0].save(args.out, instance)
     print(f"plan with {plans[0].num_stages} stages over domains "
           f"{[instance.domains[k].name for k in plans[0].domains_used()]} written to {args.out}",

@@ -44,6 +44,9 @@ CROSS_DOMAIN_SAMPLE = 150
 # Preference vectors (w1 efficiency, w2 utilisation, w3 cost) of the seeds' reward at which
 # every suite is scored (optimality gap per preference, the plans a method deploys). Each
 # has w1 or w2 > 0, so the scalarised optimum J* is positive and J / J* - 1 is defined.
+MANIFEST_FIELDS = frozenset({"suite", "command", "versions", "admission", "preferences",
+                             "wall_time_s", "instances"})  # what build_suite writes
+MAX_PREFERENCES = 1000  # of a suite manifest: each is scored on every unit
 PREFERENCES = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.5, 0.0, 0.5), (0.6, 0.2, 0.2),
                (0.2, 0.6, 0.2), (0.2, 0.2, 0.6), (1 / 3, 1 / 3, 1 / 3))
 
@@ -191,6 +194,7 @@ def reference_front_path(instance_path: Path) -> Path:
 
 def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
     """The preference vectors of a suite directory: its manifest's, else ``PREFERENCES``."""
+    from formulation.reward import preference
     from formulation.schema import InputError, check_number, read_json
 
     manifest = directory / "manifest.json"
@@ -200,17 +204,27 @@ def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
     where = f"suite manifest {str(manifest)!r}"
     if not isinstance(document, dict):
         raise InputError(f"{where} must be an object")
-    preferences = document.get("preferences", PREFERENCES)
+    unknown = sorted(set(document) - MANIFEST_FIELDS)
+    if unknown:  # a misspelt "preferences" would be ignored silently
+        raise InputError(f"{where}: {unknown[0]} is not a known field (known: "
+                         f"{', '.join(sorted(MANIFEST_FIELDS))})")
+    if "preferences" not in document:
+        return [tuple(w) for w in PREFERENCES]
+    preferences = document["preferences"]
     if not isinstance(preferences, list) or not preferences:
         raise InputError(f"{where}: preferences must be a non-empty list")
+    if len(preferences) > MAX_PREFERENCES:
+        raise InputError(f"{where}: preferences must have at most {MAX_PREFERENCES} entries")
     out = []
     for i, weights in enumerate(preferences):
         field = f"{where}: preferences[{i}]"
         if not isinstance(weights, list) or len(weights) != 3:
             raise InputError(f"{field} must be a list of 3 numbers")
         values = tuple(check_number(x, f"{field}[{j}]", low=0) for j, x in enumerate(weights))
-        if not sum(values) > 0:
+        if not max(values) > 0:
             raise InputError(f"{field} must not be all 0")
+        if abs(sum(values) - 1) > 1e-12:  # scaled to sum 1 (one that does is kept as is)
+            values = tuple(float(x) for x in preference(values))
         out.append(values)
     return out
 

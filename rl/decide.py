@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -47,12 +46,18 @@ from formulation.instance import Instance
 from formulation.outputs import output_path, strict, write_atomic, write_json
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
-from formulation.reward import check_weights, reward, reward_terms
-from formulation.schema import SEED, CliParser, InputError, dumps, integer_arg, run_cli
+from formulation.reward import preference, reward, reward_terms
+from formulation.schema import (
+    SEED,
+    CliParser,
+    InputError,
+    dumps,
+    integer_arg,
+    number_arg,
+    run_cli,
+)
 from rl.env import (
-    BUCKETS,
     PAIR,
-    SOFT_CONSTRAINTS,
     Multipliers,
     NoFeasiblePlan,
     NoPlanWithinBudget,
@@ -61,7 +66,8 @@ from rl.env import (
 from rl.lower import search
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
-from rl.train import HiPPOConfig, load_checkpoint, make_policy
+from rl.train import load_checkpoint
+from solvers.chain import MAX_DEADLINE_S
 from solvers.front import Front, versions
 from solvers.local_search import local_search
 
@@ -70,6 +76,8 @@ TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is me
 # bounds on a decision's work: each sampled episode holds its environment in memory
 MAX_SAMPLES = 1024
 MAX_POLISH = 1000
+MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
+MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 
 
 def preference_grid(steps: int = 10) -> list[tuple[float, float, float]]:
@@ -129,9 +137,9 @@ class DecisionSettings:
             if value > most:
                 raise ValueError(f"{name} must be <= {most}, got {value!r}")
         if self.lower_time is not None and not (isinstance(self.lower_time, int | float)
-                                                and 0 < self.lower_time < math.inf):
-            raise ValueError(f"lower_time must be a number of seconds > 0, got "
-                             f"{self.lower_time!r}")
+                                                and 0 < self.lower_time <= MAX_DEADLINE_S):
+            raise ValueError(f"lower_time must be a number of seconds in (0, "
+                             f"{MAX_DEADLINE_S:g}], got {self.lower_time!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -166,25 +174,12 @@ class Scheduler:
     """The trained policy behind a one-call decision API (loaded once, CPU, one thread)."""
 
     def __init__(self, checkpoint: str | Path = DEFAULT_CHECKPOINT):
-        payload = load_checkpoint(checkpoint)
-        try:
-            self.policy: HiPPOPolicy = make_policy(HiPPOConfig(**payload["config"]))
-            self.policy.load_state_dict(payload["policy"])
-        except (KeyError, TypeError, RuntimeError) as err:
-            raise InputError(f"checkpoint {str(checkpoint)!r}: not a Hi-PPO checkpoint "
-                             f"({type(err).__name__})") from None
-        broken = next((name for name, tensor in self.policy.state_dict().items()
-                       if tensor.is_floating_point() and not torch.isfinite(tensor).all()),
-                      None)
-        if broken is not None:  # a diverged run: never scored as a policy
-            raise InputError(f"checkpoint {str(checkpoint)!r}: weights {broken} are not "
-                             "finite")
+        payload = load_checkpoint(checkpoint)  # checked: config, weights, multipliers
+        self.policy: HiPPOPolicy = payload["policy"]
         self.policy.eval()
         # decisions only: the same graph within a segment is encoded once
         self.policy.encoder = CachedEncoder(self.policy.encoder)
-        self.multipliers = Multipliers(np.asarray(payload.get("multipliers", 0.0),
-                                                  dtype=float)
-                                       * np.ones((len(SOFT_CONSTRAINTS), BUCKETS)))
+        self.multipliers = Multipliers(payload["multipliers"])
         self.checkpoint = str(checkpoint)
         self.env = PlanEnv()
         self.envs = [self.env]  # one per episode run in lockstep (:meth:`_episodes`)
@@ -526,14 +521,6 @@ def heatmap(instance: Instance, plan: Plan, path: Path) -> None:
         plt.close(figure)
 
 
-def preference(weights) -> np.ndarray:
-    """A preference vector as the agent reads it: three finite weights >= 0, not all 0,
-    scaled to sum 1 (``100,60,40`` is ``0.5,0.3,0.2``)."""
-    w = check_weights(weights)
-    w = w / w.max()  # first, so that the sum of finite weights is finite
-    return w / w.sum()
-
-
 def parse_weights(text: str) -> np.ndarray:
     try:
         return preference([float(x) for x in text.split(",")])
@@ -548,17 +535,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("instance", type=Path, help="instance JSON")
     parser.add_argument("--weights", required=True, help="w1,w2,w3 (efficiency, "
                         "utilisation, cost)")
-    parser.add_argument("--gpus", type=int, default=None,
+    parser.add_argument("--gpus", type=integer_arg(0, MAX_BUDGET_GPUS), default=None,
                         help="GPU budget: the plan takes at most this many GPUs")
-    parser.add_argument("--cost-budget", type=float, default=None,
+    parser.add_argument("--cost-budget", type=number_arg(0), default=None,
                         help="traffic-cost budget, USD per step")
-    parser.add_argument("--step-cap", type=float, default=None,
+    parser.add_argument("--step-cap", type=number_arg(0, low_open=True), default=None,
                         help="step-time cap, seconds (soft: the explanation says if missed)")
-    parser.add_argument("--pairs", type=int, default=HIERARCHICAL.pairs,
+    parser.add_argument("--pairs", type=integer_arg(0, MAX_PAIRS), default=HIERARCHICAL.pairs,
                         help="(dp, micro-batch) pairs the lower level places, the upper "
                         f"level's best first (default {HIERARCHICAL.pairs}; 0: the policy "
                         "builds every stage)")
-    parser.add_argument("--lower-time", type=float, default=HIERARCHICAL.lower_time,
+    parser.add_argument("--lower-time", type=number_arg(0, MAX_DEADLINE_S, low_open=True),
+                        default=HIERARCHICAL.lower_time,
                         help="seconds the lower level may take (default "
                         f"{HIERARCHICAL.lower_time})")
     parser.add_argument("--exhaust", action=argparse.BooleanOptionalAction,
@@ -580,8 +568,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one seed of the sampled episodes, 0 to 2^32 - 1 (default 0)")
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
                         help="policy checkpoint (default: the shipped one)")
-    parser.add_argument("--heatmap", type=Path, default=None, help="PNG of WAN traffic")
-    parser.add_argument("--out", type=Path, default=None, help="write the plan JSON here")
+    parser.add_argument("--heatmap", type=str, default=None, help="PNG of WAN traffic")
+    parser.add_argument("--out", type=str, default=None, help="write the plan JSON here")
     parser.add_argument("--quiet", action="store_true",
                         help="no decision JSON on standard output (the plan goes to --out)")
     args = parser.parse_args(argv)

@@ -58,6 +58,7 @@ from formulation.reward import reward
 from rl.features import CONTEXT, EDGE, NODE
 from rl.masks import NO_BUDGETS, Budgets, BuildState, PlanRules, Segment
 from solvers.baselines import baseline_references
+from solvers.baselines.references import NoReferencePlan
 from solvers.baselines.single_domain import UniformPlans, uniform_plans
 from solvers.tables import (
     PairTables,
@@ -182,7 +183,10 @@ class InstanceCache:
         self.pair_codes = [pair_code(t.dp, t.micro_batch) for t in self.rules.pairs]
         self.pair_of_code = {c: i for i, c in enumerate(self.pair_codes) if c is not None}
         self.option_codes = [[option_code(*o) for o in t.options] for t in self.rules.pairs]
-        self.scale = baseline_references(instance, statics.tables, statics.uniform).scale
+        try:
+            self.scale = baseline_references(instance, statics.tables, statics.uniform).scale
+        except NoReferencePlan as err:  # nowhere to place even one stage
+            raise NoFeasiblePlan(str(err)) from None
         self.node_mask = np.zeros(MAX_DOMAINS, dtype=np.float32)
         self.node_mask[:k] = 1
         self.gpus = np.array([d.gpus for d in instance.domains], dtype=np.float32)

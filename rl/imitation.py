@@ -42,6 +42,7 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reward import reward
+from formulation.schema import check_ranges
 from instances.suites import PREFERENCES
 from rl.env import PHASES, PlanEnv, plan_actions
 from rl.features import CONTEXT
@@ -55,6 +56,14 @@ from solvers.local_search import local_search
 EPISODE_KEYS = ("edge_features", "adjacency")  # the same on every step of an episode
 STEP_KEYS = tuple(key for key in OBS_KEYS if key not in EPISODE_KEYS)
 CANDIDATES = 32  # best-rewarded expert plans tried, in order, until one is buildable
+
+
+IMITATION_RANGES = {"states": (1, 1000), "random_preferences": (0, 10_000),
+                    "polish": (0, 1000), "epochs": (1, 10_000),
+                    "learning_rate": (1e-12, 1.0), "minibatch_size": (1, 10_000_000),
+                    "holdout": (0.0, 0.5), "budget_levels": (0, 1000),
+                    "cost_levels": (0, 1000), "workers": (1, 1024)}
+"""Bounds of :class:`ImitationSettings`' fields."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class ImitationSettings:
     """Processes that replay demonstrations (1: in this process)."""
 
     def __post_init__(self):
+        check_ranges(self, IMITATION_RANGES, "imitation.")
         unknown = [name for name in self.experts if name not in BASELINES]
         if unknown:
             raise ValueError(f"imitation.experts: unknown planner {unknown[0]!r}; choose "

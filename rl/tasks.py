@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulation.instance import Instance
-from instances.generate import generate_instance
+from formulation.schema import InputError, check_ranges
+from instances.generate import MAX_DOMAINS, MIN_DOMAINS, generate_instance
 from instances.suites import BENCH_SEARCH, PREFERENCES, SIZES
 from rl.env import InstanceCache, Task
 from rl.masks import Budgets, PlanRules
@@ -31,6 +32,15 @@ SEED_OFFSET = 1_000_000
 TOPOLOGIES = ("random", "cn-hubs", "aws-10")
 MODELS = ("7b", "13b", "70b")
 AWS_REGIONS = 10
+
+
+TASK_RANGES = {"min_domains": (MIN_DOMAINS, MAX_DOMAINS),
+               "max_domains": (MIN_DOMAINS, MAX_DOMAINS), "pool": (1, 100_000),
+               "bandwidth_swing": (0.0, 0.99), "seed": (0, 4_000_000),
+               "gpu_budget_share": (0.0, 1.0), "cost_budget_share": (0.0, 1.0),
+               "step_cap_share": (0.0, 1.0)}
+"""Bounds of :class:`TaskSettings`' fields: the generator's domain counts, a swing that
+leaves every link some bandwidth, seeds whose instance seeds stay below 2^32."""
 
 
 @dataclass(frozen=True)
@@ -58,11 +68,12 @@ class TaskSettings:
     """Share of the episodes with a step-time cap."""
 
     def __post_init__(self):
-        for name in ("gpu_budget_share", "cost_budget_share", "step_cap_share",
-                     "bandwidth_swing"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0 <= value <= 1):
-                raise ValueError(f"tasks.{name} must be a number in [0, 1], got {value!r}")
+        check_ranges(self, TASK_RANGES, "tasks.")
+        if self.min_domains > self.max_domains:
+            raise InputError(f"tasks.min_domains ({self.min_domains}) must be <= "
+                             f"tasks.max_domains ({self.max_domains})")
+        if self.instance is not None and not isinstance(self.instance, str):
+            raise InputError("tasks.instance must be the path of an instance file")
 
 
 def base_instances(settings: TaskSettings):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,13 +38,20 @@ from formulation.outputs import output_path, write_atomic, write_json
 from formulation.schema import (
     CliParser,
     InputError,
-    check_integer,
-    check_number,
+    check_ranges,
     integer_arg,
     read_text,
     run_cli,
 )
-from rl.env import ACTIONS, MAX_DOMAINS, OPTION, SOFT_CONSTRAINTS, Multipliers, PlanEnv
+from rl.env import (
+    ACTIONS,
+    BUCKETS,
+    MAX_DOMAINS,
+    OPTION,
+    SOFT_CONSTRAINTS,
+    Multipliers,
+    PlanEnv,
+)
 from rl.features import CONTEXT, EDGE, NODE
 from rl.imitation import ImitationSettings, clone, demonstrations
 from rl.networks import OBS_KEYS, HiPPOPolicy, as_tensors
@@ -114,12 +122,7 @@ class HiPPOConfig:
     (None: start PPO from random weights)."""
 
     def __post_init__(self):
-        for name, (low, high) in CONFIG_RANGES.items():
-            value = getattr(self, name)
-            if isinstance(low, int) and isinstance(high, int):
-                check_integer(value, name, low=low, high=high)
-            else:
-                check_number(value, name, low=low, high=high)
+        check_ranges(self, CONFIG_RANGES)
         if self.minibatch_size > self.num_steps:
             raise InputError(f"minibatch_size must be <= num_steps ({self.num_steps}), got "
                              f"{self.minibatch_size}")
@@ -151,6 +154,7 @@ class HiPPOConfig:
                 raise InputError(f"config {str(path)!r}: unknown field {spell(unknown[0])}")
         try:
             config = HiPPOConfig(**document)
+            TaskSettings(**config.tasks)
             imitation_settings(config.imitation)
             return config
         except (TypeError, ValueError) as err:  # InputError included: a field out of range
@@ -335,11 +339,21 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
     start, curve, wall, cloned = 0, [], 0.0, None
     multipliers = Multipliers()  # the trainer's: raised by dual ascent, passed to the env
     if resume:
-        payload = load_checkpoint(out)
-        policy.load_state_dict(payload["policy"])
-        for optimizer, state in zip(optimizers, payload["optimizers"], strict=True):
-            optimizer.load_state_dict(state)
-        multipliers = Multipliers(np.array(payload["multipliers"], dtype=float))
+        payload = load_checkpoint(out, resume=True)
+        trained = dataclasses.replace(payload["config"], total_steps=config.total_steps)
+        if trained != config:  # a run continues as it began, only longer
+            differ = next(k for k, v in dataclasses.asdict(config).items()
+                          if dataclasses.asdict(trained)[k] != v)
+            raise InputError(f"--resume: checkpoint {str(out)!r} was trained with another "
+                             f"config ({differ} differs)")
+        policy.load_state_dict(payload["policy"].state_dict())
+        try:
+            for optimizer, state in zip(optimizers, payload["optimizers"], strict=True):
+                optimizer.load_state_dict(state)
+        except (ValueError, KeyError, TypeError, RuntimeError):
+            raise InputError(f"--resume: checkpoint {str(out)!r}: its optimizer states do "
+                             "not fit the policy") from None
+        multipliers = Multipliers(payload["multipliers"])
         start, curve, wall = payload["iteration"], payload["curve"], payload["wall_time_s"]
         cloned = payload.get("imitation")
     began = time.perf_counter() - wall
@@ -397,15 +411,57 @@ def cloned_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.cloned{out.suffix}")
 
 
-def load_checkpoint(path: str | Path) -> dict:
+def load_checkpoint(path: str | Path, resume: bool = False) -> dict:
+    """A checkpoint's payload, checked (any fault is one :class:`InputError` naming the
+    file): its configuration valid, its policy weights finite tensors of the shapes that
+    configuration builds, its multipliers finite numbers >= 0 (one per soft constraint and
+    bucket); with ``resume``, also what training continues from (optimizer states,
+    iteration, learning curve, wall time)."""
     path = Path(path)
+    where = f"checkpoint {str(path)!r}"
     if not path.is_file():
-        raise InputError(f"checkpoint {str(path)!r}: no such file")
+        raise InputError(f"{where}: no such file")
     try:
-        return torch.load(path, weights_only=True)
+        payload = torch.load(path, weights_only=True)
     except Exception as err:  # torch raises many kinds on a corrupt or foreign file
-        raise InputError(f"checkpoint {str(path)!r}: not a Hi-PPO checkpoint "
-                         f"({type(err).__name__})") from None
+        raise InputError(f"{where}: not a Hi-PPO checkpoint ({type(err).__name__})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict) \
+            or not isinstance(payload.get("policy"), dict):
+        raise InputError(f"{where}: not a Hi-PPO checkpoint (no config and policy)")
+    try:
+        config = HiPPOConfig(**payload["config"])
+    except (InputError, TypeError, ValueError) as err:
+        raise InputError(f"{where}: config: {err}") from None
+    policy = make_policy(config)
+    try:
+        policy.load_state_dict(payload["policy"])
+    except (RuntimeError, TypeError, KeyError, AttributeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise InputError(f"{where}: its weights do not fit its config ({reason})") from None
+    broken = next((name for name, tensor in policy.state_dict().items()
+                   if tensor.is_floating_point() and not torch.isfinite(tensor).all()), None)
+    if broken is not None:  # a diverged run: never scored as a policy
+        raise InputError(f"{where}: weights {broken} are not finite")
+    try:
+        multipliers = np.array(payload.get("multipliers", 0.0), dtype=float) \
+            * np.ones((len(SOFT_CONSTRAINTS), BUCKETS))
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: multipliers must be numbers, one per soft constraint "
+                         f"and bucket ({len(SOFT_CONSTRAINTS)} x {BUCKETS})") from None
+    if not (np.isfinite(multipliers).all() and (multipliers >= 0).all()):
+        raise InputError(f"{where}: multipliers must be finite numbers >= 0")
+    checked = {**payload, "config": config, "policy": policy, "multipliers": multipliers}
+    if resume:
+        iteration, wall = payload.get("iteration"), payload.get("wall_time_s")
+        if not (isinstance(payload.get("optimizers"), list)
+                and len(payload["optimizers"]) == 2
+                and isinstance(payload.get("curve"), list)
+                and isinstance(iteration, int) and not isinstance(iteration, bool)
+                and iteration >= 0 and isinstance(wall, int | float)
+                and math.isfinite(wall) and wall >= 0):
+            raise InputError(f"{where}: not a checkpoint training can continue from (it "
+                             "needs optimizers, iteration, curve and wall_time_s)")
+    return checked
 
 
 def _progress(enabled: bool, total: int, done: int):
@@ -445,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
                         help="training configuration YAML; its `seed` is the run's one seed "
                              "(default rl/configs/hi_ppo.yaml)")
-    parser.add_argument("--out", type=Path, required=True, help="checkpoint to write")
+    parser.add_argument("--out", type=str, required=True, help="checkpoint to write")
     parser.add_argument("--resume", action="store_true", help="continue from --out")
     parser.add_argument("--total-steps", type=integer_arg(1, 10_000_000_000), default=None,
                         help="PPO decisions in all (default: the configuration's)")

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from formulation import PlanBatch, SearchSpace, evaluate, evaluate_batch
+from formulation import PlanBatch, SearchSpace, evaluate_batch
+from formulation.result import evaluate  # not "formulation.evaluate": also the CLI module
 from formulation.schema import CliParser, InputError, integer_arg, run_cli
 from instances.generate import generate_instance
 from instances.sample import random_plan

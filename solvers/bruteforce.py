@@ -223,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m solvers.bruteforce",
         description="Exact Pareto front of a tiny instance by evaluating every plan.")
     parser.add_argument("instance", type=Path, help="instance JSON file")
-    parser.add_argument("--out", type=Path, required=True, help="front JSON file to write")
+    parser.add_argument("--out", type=str, required=True, help="front JSON file to write")
     parser.add_argument("--quiet", action="store_true", help="no report line")
     parser.add_argument("--limit", type=integer_arg(1, 100_000_000), default=DEFAULT_LIMIT,
                         help="refuse instances with more plans (default %(default)s)")

@@ -37,6 +37,7 @@ UNLIMITED_WORK = 2 ** 62
 # threefold between the suites' 1st percentiles, 0.20 M and 0.06 M), so that a run rarely
 # outlasts its time.
 WORK_PER_SECOND = 8_000_000
+MAX_DEADLINE_S = 3600.0  # the longest time a caller may give DP runs (its work stays an int)
 TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
 
 

@@ -82,6 +82,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -197,7 +198,7 @@ class CpSatEngine:
         solver.parameters.cp_model_presolve = self.presolve
         if request.time_limit is not None:
             solver.parameters.max_time_in_seconds = max(float(request.time_limit), 1e-3)
-        code = solver.solve(model)
+        code = _solve_interruptibly(solver, model)
         if code == cp_model.MODEL_INVALID:
             raise RuntimeError(f"CP-SAT model invalid: {model.validate()}")
         status = _STATUS[code]
@@ -209,6 +210,34 @@ class CpSatEngine:
         bound = valid_bound(solver.best_objective_bound) if any(coefficients) else objective
         return timed(self.name, start, status, plan=choices_plan(self.tables, chosen),
                      values=values, objective=float(objective), bound=float(bound))
+
+
+def _solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
+    """``solver.solve(model)`` in a worker thread while this one waits: Python runs its
+    signal handlers only here, between bytecodes, and CP-SAT's own SIGINT handler stops the
+    search without telling Python, so Ctrl-C (or SIGTERM) would either wait for the solve's
+    time limit or be lost. Here it stops the search at once and is raised again."""
+    solver.parameters.catch_sigint_signal = False
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["code"] = solver.solve(model)
+        except BaseException as err:  # noqa: BLE001 (handed to the waiting thread)
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="cp-sat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except BaseException:
+        solver.stop_search()
+        worker.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["code"]
 
 
 class ScaledModel:

@@ -37,12 +37,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
+import json
 import math
 import multiprocessing
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +53,7 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
-from formulation.outputs import output_directory, output_path, write_json
+from formulation.outputs import output_directory, output_path, write_atomic, write_json
 from formulation.plan import Plan
 from formulation.schema import (
     MAX_WORKERS,
@@ -242,11 +244,15 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
                     "engines": EngineStatistics()}
     else:
         check_resumable(resume, instance, settings)
-        seeds = [Plan.from_dict(p, instance) for p in resume["seeds"]]
-        states = [SweepState.from_dict(s, instance) for s in resume["states"]]
-        previous = {"wall_time_s": resume["wall_time_s"], "runs": resume["runs"],
-                    "stats": SweepStats(**resume["stats"]),
-                    "engines": _engine_stats(resume["engines"])}
+        try:  # the checksum held: a failure here is the writer's, not the file's
+            seeds = [Plan.from_dict(p, instance) for p in resume["seeds"]]
+            states = [SweepState.from_dict(s, instance) for s in resume["states"]]
+            previous = {"wall_time_s": resume["wall_time_s"], "runs": resume["runs"],
+                        "stats": SweepStats(**resume["stats"]),
+                        "engines": _engine_stats(resume["engines"])}
+        except (KeyError, TypeError, ValueError) as err:
+            raise InputError(f"--resume: the state cannot be read ({type(err).__name__}: "
+                             f"{err})") from None
     tasks = [{"instance": document, "settings": dataclasses.asdict(settings),
               "deadline": deadline, "seeds": [p.to_dict() for p in seeds],
               "state": state.to_dict(), "verbose": progress is not None}
@@ -343,17 +349,28 @@ def _engine_stats(document: dict) -> EngineStatistics:
 def state_document(instance: Instance, settings: ExactSettings, seeds: list[Plan],
                    states: list[SweepState], stats: SweepStats, engines: EngineStatistics,
                    wall_time_s: float, runs: int) -> dict:
-    """Everything a later run needs to continue this one (``--resume``)."""
-    return {"schema": STATE_SCHEMA, "instance": instance.name,
-            "fingerprint": instance.content_hash(), "engine": settings.engine,
-            "seeds": [p.to_dict() for p in seeds], "states": [s.to_dict() for s in states],
-            "stats": stats.to_dict(), "engines": engines.to_dict(),
-            "wall_time_s": wall_time_s, "runs": runs}
+    """Everything a later run needs to continue this one (``--resume``), with a checksum
+    of itself: a state is the run's own record, never edited."""
+    document = {"schema": STATE_SCHEMA, "instance": instance.name,
+                "fingerprint": instance.content_hash(), "engine": settings.engine,
+                "seeds": [p.to_dict() for p in seeds], "states": [s.to_dict() for s in states],
+                "stats": stats.to_dict(), "engines": engines.to_dict(),
+                "wall_time_s": wall_time_s, "runs": runs}
+    return {**document, "checksum": _checksum(document)}
+
+
+def _checksum(document: dict) -> str:
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def check_resumable(document: dict, instance: Instance, settings: ExactSettings) -> None:
     if not isinstance(document, dict) or document.get("schema") != STATE_SCHEMA:
         raise InputError(f"--resume: the state is not a {STATE_SCHEMA} document")
+    rest = {key: value for key, value in document.items() if key != "checksum"}
+    if document.get("checksum") != _checksum(rest):  # claims ("proven") are not re-proven
+        raise InputError("--resume: the state does not match its checksum (it was changed "
+                         "after the run wrote it)")
     if document.get("fingerprint") != instance.content_hash():
         raise InputError(f"--resume: the state belongs to another instance "
                          f"({document.get('instance')!r})")
@@ -388,16 +405,19 @@ def best_plan(instance: Instance, weights: tuple[float, float, float] = (1.0, 0.
     return best
 
 
-def export_models(instance: Instance, out: Path, fmt: str) -> list[Path]:
-    """Write each (dp, micro-batch) MILP as MPS or LP beside ``out``."""
+def export_models(instance: Instance, out: Path, fmt: str,
+                  inputs: Iterable[Path | str | None] = ()) -> list[Path]:
+    """Write each (dp, micro-batch) MILP as MPS or LP beside ``out`` (every path checked
+    first: none is one of ``inputs`` or something other than a regular file)."""
     from solvers.milp import build_model
 
-    paths = []
-    for tables in all_pair_tables(instance):
-        path = out.with_name(f"{out.stem}-dp{tables.dp}-b{tables.micro_batch}.{fmt}")
-        build_model(tables).write(str(path), format=fmt, io_options={"symbolic_solver_labels":
-                                                                    True})
-        paths.append(path)
+    pairs = all_pair_tables(instance)
+    paths = [output_path(out.with_name(f"{out.stem}-dp{t.dp}-b{t.micro_batch}.{fmt}"),
+                         inputs, flag="--export", stdout=False) for t in pairs]
+    for tables, path in zip(pairs, paths, strict=True):
+        model = build_model(tables)
+        write_atomic(path, lambda p, model=model: model.write(
+            str(p), format=fmt, io_options={"symbolic_solver_labels": True}))
     return paths
 
 
@@ -422,7 +442,7 @@ def _run_one(path: Path, out: Path, args: argparse.Namespace, command: str,
                              f"stops at --time-limit leaves one)")
         resume = read_json(state_path(out), "state")
     if args.export:
-        for written in export_models(instance, out, args.export):
+        for written in export_models(instance, out, args.export, [path, seed_front]):
             print(f"wrote {written}")
     front = exact_front(instance, settings=settings, command=command, workers=workers,
                         scheduler=args.scheduler, resume=resume,
@@ -449,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("instance", nargs="?", type=Path, help="instance JSON")
     parser.add_argument("--suite", help="compute the reference fronts of a committed suite "
                         "(quick, bench or full) instead")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=str, required=True,
                         help="front JSON (one instance) or directory (--suite)")
     parser.add_argument("--engine", default=DEFAULT_ENGINE, help=f"one of {sorted(ENGINES)}")
     parser.add_argument("--time-limit", type=number_arg(0, low_open=True), default=None,
@@ -494,8 +514,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> None:
     command = command_line("solvers.exact")
     if args.instance is not None:
-        # the state file beside it is the run's own (--resume reads it back)
-        out = output_path(args.out, inputs=[args.instance, args.seed_front], stdout=False)
+        inputs = [args.instance, args.seed_front]
+        out = output_path(args.out, inputs=inputs, stdout=False)
+        # the state file beside it is the run's own: --resume reads it and writes it anew
+        output_path(state_path(out), inputs=inputs, flag="--out (its .state)", stdout=False)
         try:
             _run_one(args.instance, out, args, command, args.workers)
         except ConnectionError as err:

@@ -39,6 +39,7 @@ FRONT_SCHEMA = "xdsched.front/3"
 READABLE_SCHEMAS = ("xdsched.front/1", "xdsched.front/2", FRONT_SCHEMA)
 OBJECTIVE_TOLERANCE = 1e-6  # relative: a stored objective against its plan's evaluation
 STATUSES = ("exact", "best_known", "heuristic")
+MAX_POINTS = 1_000_000  # points of one front: every one is re-evaluated when read
 POINT_STATUSES = ("optimal", "unproven", "heuristic")
 
 
@@ -201,8 +202,9 @@ class Front:
                 raise InputError(f"{where}.objectives must be a list of 3 numbers")
             objectives = [check_number(x, f"{where}.objectives[{i}]", low=0)
                           for i, x in enumerate(objectives)]
-            gap = pr.raw("mip_gap" if schema == READABLE_SCHEMAS[0] else "gap", None)
-            bound = pr.raw("bound", None)
+            gap = pr.number("mip_gap" if schema == READABLE_SCHEMAS[0] else "gap", None,
+                            low=0, high=1)
+            bound = pr.number("bound", None, low=0)
             status = pr.string("status", None, choices=POINT_STATUSES)
             plan = plan_from_dict(pr.raw("plan"), instance, f"{where}.plan")
             pr.finish()
@@ -219,14 +221,19 @@ class Front:
         if instance is not None and digest is not None and digest != instance.content_hash():
             raise InputError(f"instance_sha256 is not the content hash of instance {name!r}: "
                              "the front was computed for other data under that name")
+        provenance = r.raw("provenance", {})
+        if not isinstance(provenance, dict):
+            raise InputError("provenance must be an object")
         front = Front(instance=name, status=r.string("status", choices=STATUSES),
-                      points=r.items("points", point),
-                      provenance=r.raw("provenance", {}),
+                      points=r.items("points", point, max_len=MAX_POINTS),
+                      provenance=provenance,
                       normalisation=_normalisation(r.raw("normalisation", None)),
                       instance_sha256=digest)
         r.finish()
-        if instance is not None:
+        if instance is not None:  # the points first: the box is checked against them
             front.check_objectives(instance)
+        if front.normalisation is not None:
+            _check_box(front.normalisation, front.objectives)
         return front
 
     def check_objectives(self, instance: Instance) -> None:
@@ -235,7 +242,10 @@ class Front:
         if not self.points:
             return
         stored = np.array([p.objectives for p in self.points])
-        evaluated, _ = score(instance, [p.plan for p in self.points])
+        evaluated, feasible = score(instance, [p.plan for p in self.points])
+        if not feasible.all():
+            raise InputError(f"points[{int(np.flatnonzero(~feasible)[0])}].plan is not "
+                             "feasible on the instance")
         wrong = ~np.isclose(stored, evaluated, rtol=OBJECTIVE_TOLERANCE, atol=0.0)
         if wrong.any():
             i, j = np.argwhere(wrong)[0]
@@ -258,6 +268,26 @@ def _normalisation(value: Any) -> Any:
     r.string("hv_reference_rule", "")
     r.finish()
     return value
+
+
+def _check_box(normalisation: dict, objectives: np.ndarray) -> None:
+    """The stored normalisation frames the front: ideal <= every point <= nadir <
+    hypervolume reference, objective by objective (else every hypervolume scored against it
+    would be silently wrong)."""
+    ideal, nadir, reference = (np.asarray(normalisation[key], dtype=float)
+                               for key in ("ideal", "nadir", "hv_reference"))
+    slack = 1e-9 * np.maximum(np.abs(nadir), 1.0)
+    for j, name in enumerate(OBJECTIVES):
+        if ideal[j] > nadir[j]:
+            raise InputError(f"normalisation.ideal[{j}] ({name}) is above "
+                             f"normalisation.nadir[{j}]")
+        if not reference[j] > nadir[j]:
+            raise InputError(f"normalisation.hv_reference[{j}] ({name}) must be above "
+                             f"normalisation.nadir[{j}]")
+        if len(objectives) and (objectives[:, j].min() < ideal[j] - slack[j]
+                                or objectives[:, j].max() > nadir[j] + slack[j]):
+            raise InputError(f"normalisation: the points' {name} lie outside "
+                             "[ideal, nadir]")
 
 
 def versions() -> dict[str, str]:

@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m solvers.nsga2",
                        description="Heuristic Pareto front of an instance by NSGA-II.")
     parser.add_argument("instance", type=Path, help="instance JSON")
-    parser.add_argument("--out", type=Path, required=True, help="front JSON to write")
+    parser.add_argument("--out", type=str, required=True, help="front JSON to write")
     parser.add_argument("--quiet", action="store_true", help="no report line")
     parser.add_argument("--seed", type=SEED, default=Nsga2Settings.seed,
                         help="one seed of the search, 0 to 2^32 - 1 (default %(default)s); "

@@ -4,7 +4,7 @@ user runs it, on input it must refuse (or unusual input it must accept).
 Each case runs the command's ``main(argv)`` in this process (as ``python -m`` would, but
 without paying the imports per case) in a fresh directory, and asserts:
 
-* the exit status (2: bad input; 0: accepted; 130: interrupted);
+* the exit status (2: bad input; 0: accepted; 130: interrupted; 143: terminated);
 * for a refusal: exactly one line on stderr, matching the case's ``message`` (it names the
   field, flag or file), and no traceback;
 * every input unchanged (every file in the case's directory and the corpus' own files,
@@ -20,10 +20,16 @@ A case's ``args`` may use placeholders, made in the case's directory before it r
 ``{fifo}``, ``{dangling}`` (a link to nothing), ``{missing}`` (a file in a directory that
 does not exist), ``{tmp}`` (the directory itself), ``{suite}`` (a suite directory of that
 instance and its committed front, with ``suite_instance_mutate`` applied to the instance,
-``front_mutate`` to the front and ``manifest`` written as its manifest). A case with
+``front_mutate`` to the front and ``manifest`` written as its manifest). ``files``
+writes further inputs into the case's directory (name: text, or a document as JSON),
+after the ``directories`` it lists;
+``copy_instance_to`` copies the instance to that name; ``suite_twin`` adds the suite's
+instance again under another file name; ``checkpoint_mutate`` writes ``ck.pt``, the
+shipped checkpoint with those changes. A case with
 ``commands`` instead of ``command`` is run once per listed command, with that command's
 ``usual`` arguments (:data:`USUAL`) and its ``args`` appended. A case with ``interrupt``
-(a dotted ``module.function``) has Ctrl-C pressed when the command calls that function.
+(a dotted ``module.function``) has Ctrl-C pressed when the command calls that function;
+one with ``terminate``, SIGTERM.
 """
 
 from __future__ import annotations
@@ -43,11 +49,13 @@ import pytest
 import yaml
 
 from formulation.plan import PLAN_SCHEMA
+from formulation.schema import Terminated
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "bad_inputs"
 QUICK = HERE.parent / "instances" / "suites" / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
 QUICK_FRONT = HERE.parent / "instances" / "fronts" / "quick" / f"{QUICK.stem}.front.json"
+CHECKPOINT = HERE.parent / "rl" / "checkpoints" / "hi_ppo.pt"
 
 # the arguments a command needs besides the case's; {input} is the case's instance input
 USUAL: dict[str, list[str]] = {
@@ -131,7 +139,25 @@ def _prepare(case: dict, tmp: Path) -> dict[str, str]:
         (suite / "fronts" / QUICK_FRONT.name).write_text(json.dumps(front))
         if "manifest" in case:
             (suite / "manifest.json").write_text(json.dumps(case["manifest"]))
+        if case.get("suite_twin"):  # the same instance again, under another file name
+            (suite / "twin.json").write_bytes((suite / QUICK.name).read_bytes())
+            (suite / "fronts" / "twin.front.json").write_bytes(
+                (suite / "fronts" / QUICK_FRONT.name).read_bytes())
         places["suite"] = str(suite)
+    for name in case.get("directories", []):
+        (tmp / name).mkdir(parents=True)
+    if "copy_instance_to" in case:  # the instance under another name
+        (tmp / case["copy_instance_to"]).write_bytes(QUICK.read_bytes())
+    for name, content in case.get("files", {}).items():  # further inputs, by name
+        text = content if isinstance(content, str) else json.dumps(content)
+        (tmp / name).write_text(text, encoding="utf-8")
+    if "checkpoint_mutate" in case:  # the shipped checkpoint, altered
+        import torch
+
+        payload = torch.load(CHECKPOINT, weights_only=True)
+        for path, value in case["checkpoint_mutate"].items():
+            _set(payload, path, copy.deepcopy(value))
+        torch.save(payload, tmp / "ck.pt")
     if any("{fifo}" in a for a in case["args"]):
         os.mkfifo(tmp / "fifo")
         places["fifo"] = str(tmp / "fifo")
@@ -170,14 +196,19 @@ def _interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
+def _terminate(*args, **kwargs):
+    raise Terminated  # what run_cli's SIGTERM handler raises
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_case(case: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     places = _prepare(case, tmp_path)
     argv = [re.sub(r"\{(\w+)\}", lambda m: places[m.group(1)], a) for a in case["args"]]
     before, corpus = _contents(tmp_path), _contents(CORPUS)
-    if "interrupt" in case:  # Ctrl-C when the command reaches this function
-        where, name = case["interrupt"].rsplit(".", 1)
+    signal = next((key for key in ("interrupt", "terminate") if key in case), None)
+    if signal is not None:  # Ctrl-C or SIGTERM when the command reaches this function
+        where, name = case[signal].rsplit(".", 1)
         owner, *attributes = where.split(".")
         for cut in range(len(attributes), -1, -1):  # the longest importable module
             try:
@@ -187,7 +218,7 @@ def test_case(case: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
             for attribute in attributes[cut:]:
                 owner = getattr(owner, attribute)
             break
-        monkeypatch.setattr(owner, name, _interrupt)
+        monkeypatch.setattr(owner, name, _interrupt if signal == "interrupt" else _terminate)
     status, _, stderr = _run(case["command"], argv)
     assert "Traceback" not in stderr, stderr
     assert status == case["exit"], stderr

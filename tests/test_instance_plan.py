@@ -105,6 +105,13 @@ def _set(doc: dict[str, Any], path: tuple, value: Any) -> None:
     (("training", "zero_stage"), 3, "training.zero_stage must be <= 1"),
     (("search", "recompute", 1), "some", "search.recompute[1] must be one of"),
     (("links", "eps"), 1.5, "links.eps must be <= 0.95"),
+    (("trace", "bandwidth_factor", 2, 3, 4), "1.1",
+     "trace.bandwidth_factor[2][3][4] must be a number, got a string"),
+    (("trace", "free_gpu_factor", 0, 5), True,
+     "trace.free_gpu_factor[0][5] must be a number, got a boolean"),
+    (("domains", 2, "location"), [12.0, 181.0], "domains[2].location[1] (longitude) must be"),
+    (("domains", 2, "name"), "", "domains[2].name must have 1 to 200 characters"),
+    (("name",), "tab\there", "name holds the control character '\\t'"),
 ])
 def test_bad_value_names_the_field(doc: dict[str, Any], path: tuple, value: Any,
                                    message: str) -> None:

@@ -72,22 +72,39 @@ def test_strict_json(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing half-written
 
 
+NAMES = ("a.csv", "b.csv")  # what the runs below write
+
+
 def test_results_directory_appears_whole(tmp_path):
     out = output_directory(tmp_path / "results")
-    with ResultsDirectory(out) as staging:
+    with ResultsDirectory(out, NAMES) as staging:
         (staging / "a.csv").write_text("first")
     assert (out / "a.csv").read_text() == "first"
     # a failing run leaves the earlier results as they were, and no staging behind
-    with pytest.raises(RuntimeError), ResultsDirectory(out) as staging:
+    with pytest.raises(RuntimeError), ResultsDirectory(out, NAMES) as staging:
         (staging / "a.csv").write_text("second")
         (staging / "b.csv").write_text("second")
         raise RuntimeError("half-way")
     assert sorted(p.name for p in out.iterdir()) == ["a.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
     # a second run replaces the whole directory
-    with ResultsDirectory(out) as staging:
+    with ResultsDirectory(out, NAMES) as staging:
         (staging / "b.csv").write_text("third")
     assert sorted(p.name for p in out.iterdir()) == ["b.csv"]
+
+
+def test_a_directory_of_other_files_is_never_replaced(tmp_path, monkeypatch):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(InputError, match="holds 'thesis.tex'"), ResultsDirectory(out, NAMES):
+        pass
+    assert (out / "thesis.tex").read_text() == "years of work"
+    monkeypatch.chdir(out)
+    (out / "thesis.tex").unlink()  # even empty, the working directory is not replaced
+    with pytest.raises(InputError, match="working directory"), ResultsDirectory(out, NAMES):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]  # no lock left
 
 
 def test_a_second_run_into_the_same_directory_is_refused(tmp_path):

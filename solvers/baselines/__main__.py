@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("instance", type=Path, help="instance JSON")
     parser.add_argument("--method", required=True, choices=list(METHODS),
                         help="the baseline to run")
-    parser.add_argument("--out", type=Path, required=True, help="front JSON to write")
+    parser.add_argument("--out", type=str, required=True, help="front JSON to write")
     parser.add_argument("--quiet", action="store_true", help="no report line")
     parser.add_argument("--seed", type=SEED, default=0,
                         help="one seed, 0 to 2^32 - 1, of dtfm's GA (default 0; the other "

@@ -46,6 +46,10 @@ def _fastest(instance: Instance, plans: list[AnyPlan]) -> tuple[AnyPlan, np.ndar
     return plans[best], objectives[best], bool(feasible[best])
 
 
+class NoReferencePlan(ValueError):
+    """A baseline the references need made no plan at all (no domain has room)."""
+
+
 def baseline_references(instance: Instance, tables: list[PairTables] | None = None,
                         uniform: UniformPlans | None = None) -> BaselineReferences:
     """The single-domain and oblivious reference plans of an instance (module doc).
@@ -65,13 +69,14 @@ def baseline_references(instance: Instance, tables: list[PairTables] | None = No
     else:  # fits no single domain: the attempt, reported infeasible
         single = single_domain(instance)
         if not single.plans:
-            raise ValueError(f"{instance.name}: the single-domain baseline made no plan")
+            raise NoReferencePlan(f"{instance.name}: the single-domain baseline made no "
+                                  "plan")
         single_plan, single_objectives, single_ok = _fastest(instance, single.plans)
 
     decisions = oblivious(instance, [with_free_gpus(t, free) for t in tables])
     if not decisions.plans:
-        raise ValueError(f"{instance.name}: the oblivious baseline made no plan "
-                         "(no domain has room for one stage)")
+        raise NoReferencePlan(f"{instance.name}: the oblivious baseline made no plan "
+                              "(no domain has room for one stage)")
     believed = decisions.parameters.get("believed_fastest")
     # where nothing fitted even in its own view, it deploys its one attempt
     chosen = ([Plan.from_dict(believed, instance)] if believed is not None
