@@ -37,7 +37,7 @@ MAX_DOMAIN_GPUS = 10_000_000
 # the search space's size: every exact solve, NSGA-II genome and agent decision grows with it
 MAX_SEARCH_VALUES = 32  # values of one of dp, tp, micro_batch
 MAX_PAIRS = 256  # (dp, micro-batch) pairs: one exact model each
-MAX_STAGES = 128  # pipeline stages of a plan (GPT-3 1T on 3,072 GPUs used 64)
+MAX_STAGES = 64  # pipeline stages of a plan (GPT-3 1T on 3,072 GPUs used 64)
 LINK_LIMITS = {"bandwidth_gbps": 1e6, "latency_ms": 1e6, "price_per_gb": 1e3}
 
 @dataclass(frozen=True)

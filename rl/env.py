@@ -55,6 +55,7 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
 from formulation.reward import reward
+from formulation.schema import InputError
 from rl.features import CONTEXT, EDGE, NODE
 from rl.masks import NO_BUDGETS, Budgets, BuildState, PlanRules, Segment
 from solvers.baselines import baseline_references
@@ -174,7 +175,11 @@ class InstanceCache:
     def __init__(self, instance: Instance, statics: InstanceStatics | None = None):
         k = instance.num_domains
         if k > MAX_DOMAINS:
-            raise ValueError(f"{instance.name}: {k} domains, the agent handles <= {MAX_DOMAINS}")
+            raise InputError(f"instance {instance.name!r}: {k} domains, the agent handles "
+                             f"<= {MAX_DOMAINS}")
+        if instance.model.layers > ACTIONS:  # a LAYERS action counts a segment's layers
+            raise InputError(f"instance {instance.name!r}: model.layers "
+                             f"{instance.model.layers}, the agent handles <= {ACTIONS}")
         statics = InstanceStatics.of(instance) if statics is None else statics
         free = np.array([d.free_gpus for d in instance.domains], dtype=np.int64)
         self.rules = PlanRules(instance, [with_free_gpus(t, free) for t in statics.tables],

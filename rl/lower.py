@@ -70,6 +70,7 @@ from solvers.chain import (
     chain_of,
     forget_chains,
 )
+from solvers.engine import OutOfTime
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
@@ -111,10 +112,6 @@ class _Memory:
 
 
 _MEMORY: weakref.WeakKeyDictionary[PairTables, _Memory] = weakref.WeakKeyDictionary()
-
-
-class _OutOfTime(Exception):
-    """The decision's deadline passed."""
 
 
 class _Runs:
@@ -162,7 +159,7 @@ class _Runs:
             if self.deadline is not None:
                 left = self.deadline - time.perf_counter()
                 if left <= 0:
-                    raise _OutOfTime
+                    raise OutOfTime
                 work = max(LEAST_WORK, int(left * WORK_PER_SECOND))
             self.runs += 1
             caps = self.caps()
@@ -216,7 +213,7 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
             else:
                 high = min(mid, found.period)
         runs.at(high * (1 + 1e-9), False, top)
-    except (LabelBudgetExceeded, _OutOfTime):  # out of time: keep what was found
+    except (LabelBudgetExceeded, OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
     memory.answers.append((runs.gpus, runs.cost, precision, runs.best))
     return _placement(tables, runs.best, runs.runs)
@@ -244,7 +241,7 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
         return True
     try:
         return runs.at(period, True, None) is None
-    except (LabelBudgetExceeded, _OutOfTime):
+    except (LabelBudgetExceeded, OutOfTime):
         return False
 
 

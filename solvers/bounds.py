@@ -43,12 +43,13 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import NamedTuple
 
 import numpy as np
 
 from solvers.chain import LabelBudgetExceeded, chain_of
-from solvers.engine import NO_CAP
+from solvers.engine import NO_CAP, OutOfTime
 from solvers.tables import PairTables
 
 _NEG = -(1 << 40)
@@ -82,6 +83,11 @@ class Branch(NamedTuple):
 
 class PairBounds:
     """Lower bounds for one pair (see the module docstring)."""
+
+    deadline: float | None = None
+    """``time.perf_counter()`` seconds past which the capacity DP stops
+    (:class:`~solvers.engine.OutOfTime`, nothing cached of it): the caller's time limit,
+    set by the caller."""
 
     def __init__(self, tables: PairTables):
         t = self.tables = tables
@@ -215,6 +221,8 @@ class PairBounds:
         best[0, 0] = 0.0
         least = np.full(top + 1, np.inf)
         for p in range(t.positions):
+            if self.deadline is not None and time.perf_counter() >= self.deadline:
+                raise OutOfTime  # a position costs up to a second on large instances
             step = np.full_like(best, np.inf)
             for o in np.flatnonzero(usable & (kappa[p] >= 1)):
                 width, span = int(self.tp[o]), int(kappa[p, o])

@@ -33,6 +33,11 @@ from formulation.schema import InputError
 NO_CAP = 1e12  # caps at or above this are treated as absent
 
 
+class OutOfTime(Exception):
+    """A deadline passed: a solve, a floor's DP or a sweep step stops where it is (what
+    it leaves says where to resume)."""
+
+
 class SolveStatus(Enum):
     OPTIMAL = "optimal"
     INFEASIBLE = "infeasible"

@@ -34,16 +34,12 @@ from dataclasses import dataclass, field
 
 from formulation.plan import Plan
 from solvers.certify import TOLERANCE, Certifier, Proof
-from solvers.engine import NO_CAP, ModelValues, SolveRequest, SolveStatus
+from solvers.engine import NO_CAP, ModelValues, OutOfTime, SolveRequest, SolveStatus
 
 # Relative slack for ties in step time, and the step below a found cost for the next sweep;
 # far below the evaluator agreement tolerance (1e-6), above the engines' tolerances (1e-9).
 FIX_SLACK = 1e-9
 COST_STEP = 1e-7
-
-
-class OutOfTime(Exception):
-    """The deadline has passed; the sweep's state says where to resume."""
 
 
 @dataclass
@@ -176,7 +172,9 @@ class PairPool:
         the deadline."""
         if self.deadline is not None and time.perf_counter() >= self.deadline:
             raise OutOfTime
-        floor = self.certifiers[i].bounds.step_floor(gpu_cap, cost_cap, cutoff)
+        bounds = self.certifiers[i].bounds
+        bounds.deadline = self.deadline  # a floor's DP stops there too
+        floor = bounds.step_floor(gpu_cap, cost_cap, cutoff)
         self.step_floors[i].append((gpu_cap, cost_cap, floor))
         return floor
 

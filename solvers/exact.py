@@ -66,8 +66,16 @@ from formulation.schema import (
 )
 from solvers.bounds import PairBounds
 from solvers.certify import TOLERANCE, Certifier, KnownPlans
-from solvers.engine import ENGINES, NO_CAP, EngineStatistics, Solve, SolveRequest, make_engine
-from solvers.epsilon import OutOfTime, PairPool, SweepState, SweepStats, sweep
+from solvers.engine import (
+    ENGINES,
+    NO_CAP,
+    EngineStatistics,
+    OutOfTime,
+    Solve,
+    SolveRequest,
+    make_engine,
+)
+from solvers.epsilon import PairPool, SweepState, SweepStats, sweep
 from solvers.front import Front, command_line, dominated_by, reference_box, versions
 from solvers.parallel import map_tasks
 from solvers.tables import all_pair_tables
@@ -272,6 +280,8 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
         engines.merge(_engine_stats(result["engines"]))
     all_tables = all_pair_tables(instance)
     floors = [PairBounds(tables) for tables in all_tables]
+    for bounds in floors:
+        bounds.deadline = ends
     front = assemble(instance, states, seeds, stats,
                      lambda n, c: min((f.step_floor(n, c) for f in floors), default=math.inf),
                      ends)
@@ -325,7 +335,8 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
                 bounds = [x.bound for x in candidates if x.gpu_cap >= n and x.cost_cap >= c]
                 if floor is not None and (deadline is None
                                           or time.perf_counter() < deadline):
-                    bounds.append(floor(n, c))
+                    with contextlib.suppress(OutOfTime):  # no time left for its DP
+                        bounds.append(floor(n, c))
                 plans.append(plan)
                 proofs.append(("heuristic", min(t, max(bounds)) if bounds else None))
     front = Front.from_plans(instance, plans, "exact" if exact else "best_known",

@@ -49,15 +49,11 @@ import time
 import numpy as np
 
 from solvers.chain import OPEN, Caps, LabelBudgetExceeded, Terms, chain_of
-from solvers.engine import EngineStatistics, Solve, SolveRequest, SolveStatus, timed
+from solvers.engine import EngineStatistics, OutOfTime, Solve, SolveRequest, SolveStatus, timed
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 PERIOD_PRECISION = 1e-3  # relative width at which the least period's bisection stops
 STRICT = 1e-12  # relative: "below x's period" (the DP sums windows in another order)
-
-
-class OutOfTime(Exception):
-    """The solve's deadline passed."""
 
 
 class TargetReached(Exception):

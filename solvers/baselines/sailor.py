@@ -47,6 +47,11 @@ from solvers.tables import PairTables, all_pair_tables
 
 SPEEDUP_FOR_MORE_TP = 1.5
 DEFAULT_BEAM = 8
+MAX_LAYOUTS = 200_000
+"""Layouts estimated per pair, at most: the splits of stages over domains grow
+combinatorially with the stages and the domains' room (the full-space suite needs up to
+157,000; domains of thousands of free GPUs and 16 stages, billions). Chains come shortest
+and widest first, so a cut keeps those."""
 
 
 def mode_options(tables: PairTables) -> dict[str, list[int]]:
@@ -141,8 +146,9 @@ def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM,
             return tuple(layers), slowest
 
         best: dict[tuple, tuple[float, list[Slot], tuple[int, ...]]] = {}
-        for chain, slots in layouts(tables, beam):
-            if deadline is not None and time.perf_counter() >= deadline:
+        for count, (chain, slots) in enumerate(layouts(tables, beam)):
+            if count >= MAX_LAYOUTS or deadline is not None \
+                    and time.perf_counter() >= deadline:
                 break
             layers, slowest = split(tuple(s.option for s in slots))
             if not layers:

@@ -131,7 +131,8 @@ class UniformPlans:
 
     @property
     def step_time_s(self) -> np.ndarray:
-        self._evaluate(np.arange(len(self.gpus)))
+        for start in range(0, len(self.gpus), self.CHUNK * 16):  # memory bounded by chunks
+            self._evaluate(np.arange(start, min(start + self.CHUNK * 16, len(self.gpus))))
         return self.times
 
     def fits(self, free: np.ndarray) -> np.ndarray:
