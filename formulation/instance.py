@@ -34,6 +34,8 @@ MIN_DOMAINS, MAX_DOMAINS = 1, 20  # generated scenarios use 5..20
 # finite 1e308 price would overflow to infinity) and every model small enough to build.
 MAX_LAYERS = 1024
 MAX_DOMAIN_GPUS = 10_000_000
+PHYSICAL_LEAST = 1e-3  # the least rate (TFLOP/s, GB, GB/s, Gbit/s) a field may state: below
+# it the times of a step overflow
 # the search space's size: every exact solve, NSGA-II genome and agent decision grows with it
 MAX_SEARCH_VALUES = 32  # values of one of dp, tp, micro_batch
 MAX_PAIRS = 256  # (dp, micro-batch) pairs: one exact model each
@@ -54,12 +56,12 @@ class GpuSpec:
     def from_dict(r: Reader) -> GpuSpec:
         spec = GpuSpec(
             name=r.name("name"),
-            peak_tflops=r.number("peak_tflops", low=0, low_open=True, high=1e5),
-            hbm_gb=r.number("hbm_gb", low=0, low_open=True, high=1e5),
-            hbm_gbps=r.number("hbm_gbps", low=0, low_open=True, high=1e6),
-            nvlink_gbps=r.number("nvlink_gbps", low=0, low_open=True, high=1e6),
+            peak_tflops=r.number("peak_tflops", low=PHYSICAL_LEAST, high=1e5),
+            hbm_gb=r.number("hbm_gb", low=PHYSICAL_LEAST, high=1e5),
+            hbm_gbps=r.number("hbm_gbps", low=PHYSICAL_LEAST, high=1e6),
+            nvlink_gbps=r.number("nvlink_gbps", low=PHYSICAL_LEAST, high=1e6),
             gpus_per_node=r.integer("gpus_per_node", low=1, high=1024),
-            nic_gbps=r.number("nic_gbps", low=0, low_open=True, high=1e6),
+            nic_gbps=r.number("nic_gbps", low=PHYSICAL_LEAST, high=1e6),
         )
         r.finish()
         return spec
@@ -151,7 +153,7 @@ class Domain:
             name=r.name("name"),
             gpus=r.integer("gpus", low=0, high=MAX_DOMAIN_GPUS),
             free_gpus=r.integer("free_gpus", low=0, high=MAX_DOMAIN_GPUS),
-            intra_bandwidth_gbps=r.number("intra_bandwidth_gbps", low=0, low_open=True,
+            intra_bandwidth_gbps=r.number("intra_bandwidth_gbps", low=PHYSICAL_LEAST,
                                            high=1e6),
             intra_latency_ms=r.number("intra_latency_ms", low=0, high=1e6),
             lat=lat,
@@ -188,7 +190,8 @@ class Links:
         def matrix(key: str, positive: bool) -> np.ndarray:
             return np.array(check_matrix(r.raw(key), f"{r.path}.{key}", size,
                                          positive_off_diagonal=positive,
-                                         high=LINK_LIMITS[key]))
+                                         high=LINK_LIMITS[key],
+                                         least=PHYSICAL_LEAST if positive else None))
 
         links = Links(
             bandwidth_gbps=matrix("bandwidth_gbps", True),

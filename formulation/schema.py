@@ -8,6 +8,8 @@ with a traceback from deep inside the evaluator.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import re
@@ -19,6 +21,8 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
+
+import yaml
 
 
 class InputError(ValueError):
@@ -68,6 +72,38 @@ def read_json(path: str | Path, what: str) -> Any:
                          f"{sys.getrecursionlimit()} levels") from None
     except ValueError as err:  # a constant, or an integer of too many digits
         raise InputError(f"{what} file {str(path)!r} is not valid JSON ({err})") from None
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """YAML as a configuration means it: a key given twice is refused, and ``1e-4`` is a
+    number (YAML 1.1 reads an exponent without a dot as a string)."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+        twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+        if twice is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {twice!r} appears twice in one mapping", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Parse a YAML file strictly (:class:`_StrictYamlLoader`), every way it can be
+    unreadable one :class:`InputError` naming the file."""
+    text = read_text(path, what)
+    try:
+        return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 (a safe loader)
+    except yaml.YAMLError as err:  # one line: the parser's own message spans several
+        raise InputError(f"{what} {str(path)!r}: not YAML ({' '.join(str(err).split())})"
+                         ) from None
+    except RecursionError:
+        raise InputError(f"{what} {str(path)!r} is nested too deeply") from None
 
 
 def _no_constant(name: str) -> Any:
@@ -246,8 +282,10 @@ def check_integer(value: Any, field: str, *, low: int | None = None,
 
 
 def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bool,
-                 non_negative: bool = True, high: float | None = None) -> list[list[float]]:
-    """A ``size`` x ``size`` matrix of finite numbers; the diagonal is not constrained."""
+                 non_negative: bool = True, high: float | None = None,
+                 least: float | None = None) -> list[list[float]]:
+    """A ``size`` x ``size`` matrix of finite numbers; the diagonal is not constrained.
+    With ``positive_off_diagonal``, the off-diagonal ones are > 0, and >= ``least``."""
     if not isinstance(value, list) or len(value) != size:
         raise InputError(f"{field} must be a {size} x {size} matrix (list of {size} rows)")
     rows = []
@@ -259,6 +297,8 @@ def check_matrix(value: Any, field: str, size: int, *, positive_off_diagonal: bo
             cell = check_number(item, f"{field}[{i}][{j}]", high=high)
             if i != j and positive_off_diagonal and cell <= 0:
                 raise InputError(f"{field}[{i}][{j}] must be > 0, got {cell:g}")
+            if i != j and positive_off_diagonal and least is not None and cell < least:
+                raise InputError(f"{field}[{i}][{j}] must be >= {least:g}, got {cell:g}")
             if non_negative and cell < 0:
                 raise InputError(f"{field}[{i}][{j}] must be >= 0, got {cell:g}")
             out.append(cell)
@@ -324,6 +364,39 @@ def _terminate(signum, frame) -> NoReturn:
     raise Terminated
 
 
+def _signal_behind(err: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or :class:`Terminated` an error was raised while handling."""
+    seen = err.__context__ or err.__cause__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt | Terminated):
+            return seen
+        seen = seen.__context__ or seen.__cause__
+    return None
+
+
+class _ClosedStream:
+    """Standard output when the caller closed it (``cmd >&-``): a run that writes nothing
+    there succeeds, one that writes fails as a write to a closed file does."""
+
+    def write(self, text: str) -> int:
+        raise InputError("standard output is closed, and this run writes there (give "
+                         "--out FILE, or --quiet)")
+
+    def flush(self) -> None:
+        pass
+
+
+def _printable_streams() -> None:
+    """Reports and messages never fail on a character the terminal's encoding lacks (a
+    domain named in Chinese on an ASCII terminal): it is written escaped instead."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream()
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors="backslashreplace")
+
+
 def run_cli(body: Callable[[], int | None]) -> int:
     """Run a command's body with the project's error convention: bad input (an
     :class:`InputError`, or a file that cannot be read or written) gives one line on stderr
@@ -331,8 +404,15 @@ def run_cli(body: Callable[[], int | None]) -> int:
     never a traceback. Both signals unwind the run, so temporary outputs are removed."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
+    _printable_streams()
     try:
-        return body() or 0
+        try:
+            return body() or 0
+        except SystemError as err:  # compiled code (numba) hands a signal on wrapped so
+            signalled = _signal_behind(err)
+            if signalled is None:
+                raise
+            raise signalled from None
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -30,8 +30,6 @@ episodes to report how often the greedy policy picks the expert's action.
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import sys
 from dataclasses import dataclass
 
@@ -42,7 +40,7 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reward import reward
-from formulation.schema import check_ranges
+from formulation.schema import InputError, check_ranges
 from instances.suites import PREFERENCES
 from rl.env import PHASES, PlanEnv, plan_actions
 from rl.features import CONTEXT
@@ -52,6 +50,7 @@ from rl.tasks import perturb
 from solvers.baselines import METHODS as BASELINES
 from solvers.front import nondominated_mask
 from solvers.local_search import local_search
+from solvers.parallel import worker_pool
 
 EPISODE_KEYS = ("edge_features", "adjacency")  # the same on every step of an episode
 STEP_KEYS = tuple(key for key in OBS_KEYS if key not in EPISODE_KEYS)
@@ -95,6 +94,8 @@ class ImitationSettings:
 
     def __post_init__(self):
         check_ranges(self, IMITATION_RANGES, "imitation.")
+        if not self.experts:
+            raise InputError("imitation.experts must name at least one planner")
         unknown = [name for name in self.experts if name not in BASELINES]
         if unknown:
             raise ValueError(f"imitation.experts: unknown planner {unknown[0]!r}; choose "
@@ -269,16 +270,15 @@ def demonstrations(instances: list[Instance], settings: ImitationSettings, swing
     preferences from seed ``(seed, i)``, so the result does not depend on ``workers``."""
     jobs = [(base, settings, swing, gamma, [seed, i]) for i, base in enumerate(instances)]
     if settings.workers > 1 and len(jobs) > 1:
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(settings.workers,
-                                                    mp_context=context) as pool:
+        with worker_pool(settings.workers) as pool:
             parts = list(_bar(pool.map(demonstrate, *zip(*jobs, strict=True), chunksize=2),
                               len(jobs), progress))
     else:
         parts = [demonstrate(*job) for job in _bar(jobs, len(jobs), progress)]
     parts = [p for p in parts if p is not None]
     if not parts:
-        raise ValueError("no demonstrations: the experts found no buildable plan")
+        raise InputError("imitation: no demonstrations (the experts found no plan the "
+                         "masks can rebuild on any training instance)")
     return Demonstrations.concatenate(parts)
 
 

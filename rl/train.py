@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from formulation.outputs import output_path, write_atomic, write_json
 from formulation.schema import (
@@ -40,7 +39,7 @@ from formulation.schema import (
     InputError,
     check_ranges,
     integer_arg,
-    read_text,
+    read_yaml,
     run_cli,
 )
 from rl.env import (
@@ -133,13 +132,7 @@ class HiPPOConfig:
 
     @staticmethod
     def load(path: str | Path) -> HiPPOConfig:
-        try:
-            document = yaml.safe_load(read_text(path, "config")) or {}
-        except yaml.YAMLError as err:  # one line: the parser's own message spans several
-            raise InputError(f"config {str(path)!r}: not YAML ("
-                             f"{' '.join(str(err).split())})") from None
-        except RecursionError:
-            raise InputError(f"config {str(path)!r} is nested too deeply") from None
+        document = read_yaml(path, "config") or {}
         if not isinstance(document, dict):
             raise InputError(f"config {str(path)!r}: must be a mapping of fields")
         sections = {name: document.get(name) for name in ("tasks", "imitation")}

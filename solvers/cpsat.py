@@ -216,24 +216,28 @@ def _solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> 
     """``solver.solve(model)`` in a worker thread while this one waits: Python runs its
     signal handlers only here, between bytecodes, and CP-SAT's own SIGINT handler stops the
     search without telling Python, so Ctrl-C (or SIGTERM) would either wait for the solve's
-    time limit or be lost. Here it stops the search at once and is raised again."""
+    time limit or be lost. Here it stops the search at once and is raised again. The wait
+    is on an event, not ``Thread.join``: an interrupted join can leave a running thread
+    marked finished (CPython 3.11), and the process would then exit under a live solve."""
     solver.parameters.catch_sigint_signal = False
     outcome: dict = {}
+    done = threading.Event()
 
     def run() -> None:
         try:
             outcome["code"] = solver.solve(model)
-        except BaseException as err:  # noqa: BLE001 (handed to the waiting thread)
+        except BaseException as err:  # handed to the waiting thread
             outcome["error"] = err
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=run, name="cp-sat", daemon=True)
-    worker.start()
+    threading.Thread(target=run, name="cp-sat", daemon=True).start()
     try:
-        while worker.is_alive():
-            worker.join(0.05)
+        while not done.wait(0.05):
+            pass
     except BaseException:
         solver.stop_search()
-        worker.join()
+        done.wait()
         raise
     if "error" in outcome:
         raise outcome["error"]

@@ -40,12 +40,10 @@ import dataclasses
 import hashlib
 import json
 import math
-import multiprocessing
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +75,7 @@ from solvers.engine import (
 )
 from solvers.epsilon import PairPool, SweepState, SweepStats, sweep
 from solvers.front import Front, command_line, dominated_by, reference_box, versions
-from solvers.parallel import map_tasks
+from solvers.parallel import map_tasks, worker_pool
 from solvers.tables import all_pair_tables
 
 SEED_KINDS = ("none", "fast", "baselines", "nsga2")
@@ -538,7 +536,10 @@ def _run(args: argparse.Namespace) -> None:
 
     if args.suite not in SUITES:
         raise InputError(f"--suite must be one of {list(SUITES)}, got {args.suite!r}")
-    args.out = output_directory(args.out)  # the directory of the fronts
+    from instances.suites import SUITES_DIR
+
+    # the directory of the fronts, never the suite's own (or one holding it)
+    args.out = output_directory(args.out, inputs=[SUITES_DIR / args.suite])
     todo = []
     matched = False
     for path in suite_paths(args.suite):
@@ -559,8 +560,7 @@ def _run(args: argparse.Namespace) -> None:
         return
     # The largest instances first, so that the last front to finish is a small one.
     todo.sort(key=lambda job: -Instance.load(job[0]).num_domains)
-    context = multiprocessing.get_context("spawn")  # HiGHS and CP-SAT state stays per process
-    with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+    with worker_pool(args.workers) as pool:  # HiGHS and CP-SAT state stays per process
         for future in [pool.submit(_run_one, path, out, args, command, 1)
                        for path, out in todo]:
             future.result()

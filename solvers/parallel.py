@@ -9,10 +9,40 @@ anything ``distributed.Client`` takes (``tcp://host:8786``); its workers need th
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker ignores Ctrl-C (the terminal sends it to the whole process group): the
+    parent stops the pool, so the worker prints nothing of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``workers`` spawned processes (forked children would inherit the parent's
+    threads, such as a progress bar, BLAS and HiGHS's process-wide thread pool). On any
+    error, Ctrl-C or SIGTERM in the parent, the queued tasks are cancelled and the workers
+    stopped at once, instead of the pool finishing every queued task before the error
+    surfaces."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(
+        "spawn"), initializer=_leave_interrupts_to_the_parent)
+    try:
+        yield pool
+    except BaseException:
+        processes = list((pool._processes or {}).values())  # noqa: SLF001 (no public handle)
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join()
+        raise
+    pool.shutdown()
 
 
 def map_tasks(function: Callable[[Any], Any], tasks: Sequence[Any], workers: int = 1,
@@ -29,10 +59,7 @@ def map_tasks(function: Callable[[Any], Any], tasks: Sequence[Any], workers: int
             results[i] = function(task)
             done(i, results[i])
     else:
-        # spawn: forked children would inherit the parent's threads (progress bar, BLAS) and
-        # HiGHS's process-wide thread pool
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with worker_pool(workers) as pool:
             futures = {pool.submit(function, task): i for i, task in enumerate(tasks)}
             for future in as_completed(futures):
                 i = futures[future]

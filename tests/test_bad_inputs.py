@@ -18,7 +18,8 @@ A case's ``args`` may use placeholders, made in the case's directory before it r
 ``path: value`` with ``path`` dotted through objects and list indices, ``null`` meaning
 "remove"), ``{out}`` (an absent file),
 ``{fifo}``, ``{dangling}`` (a link to nothing), ``{missing}`` (a file in a directory that
-does not exist), ``{tmp}`` (the directory itself), ``{suite}`` (a suite directory of that
+does not exist), ``{tmp}`` (the directory itself), ``{suites}`` (the committed suites'
+directory, read only), ``{suite}`` (a suite directory of that
 instance and its committed front, with ``suite_instance_mutate`` applied to the instance,
 ``front_mutate`` to the front and ``manifest`` written as its manifest). ``files``
 writes further inputs into the case's directory (name: text, or a document as JSON),
@@ -110,6 +111,7 @@ def _prepare(case: dict, tmp: Path) -> dict[str, str]:
                                 "stages": [{"domain": "Zhangjiakou", "layers": 32, "tp": 8,
                                             "recompute": "full"}]}))
     places = {"tmp": str(tmp), "instance": str(instance), "plan": str(plan),
+              "suites": str(QUICK.parent.parent),
               "out": str(tmp / "out.json"), "missing": str(tmp / "no" / "such" / "out.json")}
     if {"text", "bytes", "repeat", "mutate"} & set(case):
         bad = tmp / "bad.json"

@@ -8,6 +8,8 @@ import contextlib
 import importlib
 import io
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +59,29 @@ def test_every_option_is_documented(command: str) -> None:
         assert "a count" in options["--seeds"], options["--seeds"]
     if command in REPORTING:
         assert "--quiet" in options, f"{command} has no --quiet"
+
+
+def test_a_closed_standard_output_is_one_line_unless_nothing_goes_there(tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    from formulation.schema import run_cli
+
+    monkeypatch.setattr(sys, "stdout", None)
+    errors = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", errors)
+    assert run_cli(lambda: print("a result")) == 2
+    assert errors.getvalue().strip() == ("error: standard output is closed, and this run "
+                                         "writes there (give --out FILE, or --quiet)")
+    monkeypatch.setattr(sys, "stdout", None)
+    assert run_cli(lambda: None) == 0
+
+
+def test_yaml_configurations_are_read_strictly(tmp_path: Path) -> None:
+    from formulation.schema import InputError, read_yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 1e-4\nsteps: 1_000\nname: '1e-4'\n")
+    assert read_yaml(path, "config") == {"learning_rate": 1e-4, "steps": 1000,
+                                         "name": "1e-4"}
+    path.write_text("a: 1\nb: {c: 2, c: 3}\n")
+    with pytest.raises(InputError, match="key 'c' appears twice"):
+        read_yaml(path, "config")

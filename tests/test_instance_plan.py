@@ -101,7 +101,7 @@ def _set(doc: dict[str, Any], path: tuple, value: Any) -> None:
     (("domains", 1, "free_gpus"), 10**6, "domains[1].free_gpus must be <= domains[1].gpus"),
     (("model", "layers"), "32", "model.layers must be an integer, got a string"),
     (("model", "layers"), 0, "model.layers must be >= 1"),
-    (("gpu", "hbm_gb"), 0, "gpu.hbm_gb must be > 0"),
+    (("gpu", "hbm_gb"), 0, "gpu.hbm_gb must be >= 0.001"),
     (("training", "zero_stage"), 3, "training.zero_stage must be <= 1"),
     (("search", "recompute", 1), "some", "search.recompute[1] must be one of"),
     (("links", "eps"), 1.5, "links.eps must be <= 0.95"),
