@@ -332,13 +332,7 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
     start, curve, wall, cloned = 0, [], 0.0, None
     multipliers = Multipliers()  # the trainer's: raised by dual ascent, passed to the env
     if resume:
-        payload = load_checkpoint(out, resume=True)
-        trained = dataclasses.replace(payload["config"], total_steps=config.total_steps)
-        if trained != config:  # a run continues as it began, only longer
-            differ = next(k for k, v in dataclasses.asdict(config).items()
-                          if dataclasses.asdict(trained)[k] != v)
-            raise InputError(f"--resume: checkpoint {str(out)!r} was trained with another "
-                             f"config ({differ} differs)")
+        payload = resumable(config, out)
         policy.load_state_dict(payload["policy"].state_dict())
         try:
             for optimizer, state in zip(optimizers, payload["optimizers"], strict=True):
@@ -396,6 +390,19 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
                        "imitation": cloned}
             save_checkpoint(out, payload)
         bar(row)
+    return payload
+
+
+def resumable(config: HiPPOConfig, out: Path) -> dict:
+    """The checkpoint at ``out`` that a run of ``config`` continues, checked: one trained
+    with the same configuration (a run continues as it began, only longer)."""
+    payload = load_checkpoint(out, resume=True)
+    trained = dataclasses.replace(payload["config"], total_steps=config.total_steps)
+    if trained != config:
+        differ = next(k for k, v in dataclasses.asdict(config).items()
+                      if dataclasses.asdict(trained)[k] != v)
+        raise InputError(f"--resume: checkpoint {str(out)!r} was trained with another "
+                         f"config ({differ} differs)")
     return payload
 
 
@@ -513,6 +520,8 @@ def _train(args: argparse.Namespace) -> None:
     config = HiPPOConfig.load(args.config)
     if args.total_steps is not None:  # bounded by its flag's type
         config.total_steps = args.total_steps
+    if args.resume:  # checked before the training pool is built
+        resumable(config, args.out)
     payload = train(config, args.out, args.resume, not args.quiet)
     last = payload["curve"][-1]
     # provenance and learning curve beside the checkpoint, readable without torch

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,3 +22,15 @@ def assert_usage_error(done: subprocess.CompletedProcess, out: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not out.exists()
+
+
+def run_main(module: ModuleType, argv: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a command's ``main(argv)`` run in this process, as
+    ``python -m`` would run it but without paying the imports again."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            status = module.main(argv)
+        except SystemExit as done:
+            status = done.code if isinstance(done.code, int) else 2
+    return int(status or 0), stdout.getvalue(), stderr.getvalue()

@@ -36,11 +36,9 @@ one with ``terminate``, SIGTERM.
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import hashlib
 import importlib
-import io
 import json
 import os
 import re
@@ -48,6 +46,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clitools import run_main
 
 from formulation.plan import PLAN_SCHEMA
 from formulation.schema import Terminated
@@ -183,15 +182,8 @@ def _contents(root: Path) -> dict[str, str]:
 
 
 def _run(command: str, argv: list[str]) -> tuple[int, str, str]:
-    module = importlib.import_module(command if command != "solvers.baselines"
-                                     else "solvers.baselines.__main__")
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            status = module.main(argv)
-        except SystemExit as done:
-            status = done.code if isinstance(done.code, int) else 2
-    return int(status or 0), stdout.getvalue(), stderr.getvalue()
+    return run_main(importlib.import_module(command if command != "solvers.baselines"
+                                            else "solvers.baselines.__main__"), argv)
 
 
 def _interrupt(*args, **kwargs):

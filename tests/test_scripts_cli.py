@@ -8,9 +8,7 @@ Scripts are not a package: each is imported from its file."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import re
 import shutil
@@ -18,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from clitools import run_main
 
 from formulation.schema import CliParser
 
@@ -41,14 +40,7 @@ def _script(name: str) -> ModuleType:
 
 
 def _run(name: str, argv: list[str]) -> tuple[int, str, str]:
-    module = _script(name)
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        try:
-            status = module.main(argv)
-        except SystemExit as done:
-            status = done.code if isinstance(done.code, int) else 2
-    return int(status or 0), stdout.getvalue(), stderr.getvalue()
+    return run_main(_script(name), argv)
 
 
 def _record(method: str, instance: str, domains: int) -> dict:
