@@ -230,4 +230,7 @@ def test_case(case: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 def test_the_corpus_covers_every_command_and_class() -> None:
     commands = {c["command"] for c in CASES}
     assert {*USUAL, "instances.generate", "rl.train", "evaluation.pareto_coverage"} <= commands
-    assert len(CASES) >= 100
+    assert len(CASES) >= 200
+    # the seven classes, and accepted unusual input
+    assert {"data-loss", "garbage", "asymmetric", "mixed-results", "unbounded", "traceback",
+            "options", "valid", "interrupt"} <= {c["class"] for c in CASES}
