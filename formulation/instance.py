@@ -34,6 +34,7 @@ MIN_DOMAINS, MAX_DOMAINS = 1, 20  # generated scenarios use 5..20
 # finite 1e308 price would overflow to infinity) and every model small enough to build.
 MAX_LAYERS = 1024
 MAX_DOMAIN_GPUS = 10_000_000
+MAX_GLOBAL_BATCH = 10_000_000  # sequences per step
 PHYSICAL_LEAST = 1e-3  # the least rate (TFLOP/s, GB, GB/s, Gbit/s) a field may state: below
 # it the times of a step overflow
 # the search space's size: every exact solve, NSGA-II genome and agent decision grows with it
@@ -221,7 +222,7 @@ class Training:
     @staticmethod
     def from_dict(r: Reader) -> Training:
         training = Training(
-            global_batch=r.integer("global_batch", low=1, high=10_000_000),
+            global_batch=r.integer("global_batch", low=1, high=MAX_GLOBAL_BATCH),
             steps=r.integer("steps", 10_000, low=1, high=10**12),
             precision=r.string("precision", "bf16", choices=("bf16", "fp16")),
             optimizer=r.string("optimizer", "adam", choices=("adam",)),

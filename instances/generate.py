@@ -14,10 +14,18 @@ from typing import TypeVar
 
 import numpy as np
 
-from formulation.instance import Domain, GpuSpec, Instance, Links, SearchSpace, Training
+from formulation.instance import (
+    MAX_GLOBAL_BATCH,
+    Domain,
+    GpuSpec,
+    Instance,
+    Links,
+    SearchSpace,
+    Training,
+)
 from formulation.outputs import output_path, report_stream
 from formulation.presets import gpu_preset, model_preset
-from formulation.schema import SEED, CliParser, InputError, run_cli
+from formulation.schema import SEED, CliParser, InputError, integer_arg, run_cli
 from instances.topologies import TOPOLOGIES, Network
 from instances.traces import generate_trace
 
@@ -136,7 +144,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = CliParser(
         prog="python -m instances.generate",
         description="Generate a seeded cross-domain training scenario (instance JSON).")
-    parser.add_argument("--domains", type=int, required=True, help="number of domains K (5..20)")
+    parser.add_argument("--domains", type=int, required=True,
+                        help=f"number of domains K ({MIN_DOMAINS}..{MAX_DOMAINS})")
     parser.add_argument("--model", required=True, help="model preset or alias, e.g. 7b, 70b")
     parser.add_argument("--seed", type=SEED, required=True,
                         help="one seed of the scenario, 0 to 2^32 - 1")
@@ -147,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="WAN topology (default %(default)s)")
     parser.add_argument("--trace", action="store_true", help="add a dynamic trace (SPEC 6)")
     parser.add_argument("--gpu", default=DEFAULT_GPU, help="GPU preset (default %(default)s)")
-    parser.add_argument("--global-batch", type=int, default=None,
+    parser.add_argument("--global-batch", type=integer_arg(1, MAX_GLOBAL_BATCH), default=None,
                         help="sequences per step (default 512 if seq_len >= 4096, else 1024)")
     return parser
 
