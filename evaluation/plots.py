@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +31,10 @@ LABELS = ("step time (s)", "GPUs", "cost per step (USD)")
 
 def _save(figure, path: Path) -> None:
     path.parent.mkdir(exist_ok=True)  # the results directory's own plots/
-    write_atomic(path, lambda p: figure.savefig(p, format="png", dpi=110))
+    with warnings.catch_warnings():  # a name in a script the font lacks is drawn as boxes
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        figure.tight_layout()
+        write_atomic(path, lambda p: figure.savefig(p, format="png", dpi=110))
     plt.close(figure)
 
 
@@ -74,7 +78,6 @@ def front_plots(records: list[dict], directory: Path) -> list[Path]:
             axis.grid(alpha=0.3)
         axes[0].legend(fontsize=7, loc="upper right")
         figure.suptitle(f"{instance}: exact front and methods (projections)")
-        figure.tight_layout()
         path = directory / f"fronts-{file_stem(instance)}.png"
         _save(figure, path)
         paths.append(path)
@@ -93,7 +96,6 @@ def coverage_plot(records: list[dict], directory: Path) -> Path:
     axis.set_ylim(0, 102)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
-    figure.tight_layout()
     path = directory / "coverage_vs_eps.png"
     _save(figure, path)
     return path
@@ -124,7 +126,6 @@ def latency_plot(records: list[dict], directory: Path) -> Path:
     axis.set_ylabel("hypervolume ratio, mean over instances")
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
-    figure.tight_layout()
     path = directory / "latency_vs_quality.png"
     _save(figure, path)
     return path
