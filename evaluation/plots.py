@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from evaluation.units import EPS_CURVE  # noqa: E402
-from formulation.outputs import write_atomic  # noqa: E402
+from formulation.outputs import write_figure  # noqa: E402
 
 MARKERS = "os^vD<>pP*hX"
 PROJECTIONS = ((0, 1), (0, 2), (1, 2))
@@ -31,11 +30,10 @@ LABELS = ("step time (s)", "GPUs", "cost per step (USD)")
 
 def _save(figure, path: Path) -> None:
     path.parent.mkdir(exist_ok=True)  # the results directory's own plots/
-    with warnings.catch_warnings():  # a name in a script the font lacks is drawn as boxes
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        figure.tight_layout()
-        write_atomic(path, lambda p: figure.savefig(p, format="png", dpi=110))
-    plt.close(figure)
+    try:
+        write_figure(path, figure, dpi=110)
+    finally:
+        plt.close(figure)
 
 
 def file_stem(name: str) -> str:

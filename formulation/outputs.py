@@ -27,6 +27,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -148,6 +149,15 @@ def write_text(path: Path, text: str) -> None:
         sys.stdout.flush()
         return
     write_atomic(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def write_figure(path: Path, figure, **options) -> None:
+    """A matplotlib figure laid out and saved as PNG to ``path`` (atomically). A name in a
+    script the font lacks is drawn as boxes, without a warning per glyph on stderr."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        figure.tight_layout()
+        write_atomic(path, lambda p: figure.savefig(p, format="png", **options))
 
 
 def write_json(path: Path, document) -> None:

@@ -73,9 +73,11 @@ class Plan:
                 if index is None:
                     raise InputError(f"{path}.domain {domain!r} is not a domain of the instance")
                 domain = index
-            elif isinstance(domain, bool) or not isinstance(domain, int):
+            elif isinstance(domain, float) and domain.is_integer():  # 0.0 is index 0
+                domain = int(domain)
+            if isinstance(domain, bool) or not isinstance(domain, int):
                 raise InputError(f"{path}.domain must be a domain name or index")
-            elif domain < 0 or (instance is not None and domain >= instance.num_domains):
+            if domain < 0 or (instance is not None and domain >= instance.num_domains):
                 limit = "" if instance is None else f" (the instance has {instance.num_domains})"
                 raise InputError(f"{path}.domain {domain} is not a domain of the instance{limit}")
             out = Stage(domain=domain, layers=sr.integer("layers", low=1, high=MAX_LAYERS),

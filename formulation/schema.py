@@ -48,8 +48,8 @@ def read_text(path: str | Path, what: str) -> str:
         data = Path(path).read_bytes()
     except OSError as err:
         raise InputError(f"{what} file {str(path)!r}: {err.strerror or err}") from None
-    try:
-        return data.decode("utf-8")
+    try:  # a byte-order mark (Windows editors write one) is not part of the text
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         raise InputError(f"{what} file {str(path)!r} is not UTF-8 text (byte {err.start})"
                          ) from None
@@ -259,10 +259,11 @@ def check_ranges(settings: Any, ranges: Mapping[str, tuple[float, float]],
     ``prefix + field``."""
     for name, (low, high) in ranges.items():
         value = getattr(settings, name)
-        if isinstance(low, int) and isinstance(high, int):
-            check_integer(value, prefix + name, low=low, high=high)
+        if isinstance(low, int) and isinstance(high, int):  # 32.0 is the integer 32
+            value = check_integer(value, prefix + name, low=low, high=high)
         else:
-            check_number(value, prefix + name, low=low, high=high)
+            value = check_number(value, prefix + name, low=low, high=high)
+        object.__setattr__(settings, name, value)  # frozen dataclasses too
 
 
 def check_integer(value: Any, field: str, *, low: int | None = None,

@@ -43,7 +43,7 @@ import torch
 
 from formulation.evaluator import cost_model, evaluate_plans
 from formulation.instance import Instance
-from formulation.outputs import output_path, strict, write_atomic, write_json
+from formulation.outputs import output_path, strict, write_figure, write_json
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
 from formulation.reward import preference, reward, reward_terms
@@ -514,9 +514,8 @@ def heatmap(instance: Instance, plan: Plan, path: Path) -> None:
     axis.set_ylabel("from")
     figure.colorbar(image, label="WAN GB per step")
     axis.set_title(f"{instance.name}: cross-domain traffic")
-    figure.tight_layout()
     try:
-        write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
+        write_figure(path, figure)
     finally:
         plt.close(figure)
 

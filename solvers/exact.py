@@ -171,14 +171,15 @@ def seed_plans(instance: Instance, kind: str, deadline: float | None = None) -> 
 
 
 def front_plans(instance: Instance, path: str | None) -> list[Plan]:
-    """The plans of the front at ``path`` (none without one), checked against ``instance``."""
+    """The pipeline plans of the front at ``path`` (none without one; a DiLoCo plan is no
+    seed), checked against ``instance``."""
     if path is None:
         return []
     front = Front.load(path, instance)
     if front.instance != instance.name:
         raise InputError(f"--seed-front {path!r} is a front of {front.instance!r}, "
                          f"not of {instance.name!r}")
-    return [point.plan for point in front.points]
+    return [point.plan for point in front.points if isinstance(point.plan, Plan)]
 
 
 def split_intervals(units: int, gpu_counts: list[int]) -> list[tuple[float, float]]:
@@ -517,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.instance is None) == (args.suite is None):
         parser.error("give either INSTANCE or --suite")
+    if args.suite is None and (args.match or args.skip_existing):
+        parser.error("--match and --skip-existing go with --suite")
     return run_cli(lambda: _run(args))
 
 

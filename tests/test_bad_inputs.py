@@ -16,7 +16,7 @@ A case's ``args`` may use placeholders, made in the case's directory before it r
 ``{bad}`` (the case's own input: ``text`` verbatim, ``repeat: [text, n]`` n times,
 ``bytes`` as a Python bytes literal, or the instance with ``mutate`` applied, each
 ``path: value`` with ``path`` dotted through objects and list indices, ``null`` meaning
-"remove"), ``{out}`` (an absent file),
+"remove", after a byte-order mark with ``bom``), ``{out}`` (an absent file),
 ``{fifo}``, ``{dangling}`` (a link to nothing), ``{missing}`` (a file in a directory that
 does not exist), ``{tmp}`` (the directory itself), ``{suites}`` (the committed suites'
 directory, read only), ``{suite}`` (a suite directory of that
@@ -125,7 +125,8 @@ def _prepare(case: dict, tmp: Path) -> dict[str, str]:
             document = json.loads(QUICK.read_text())
             for path, value in case["mutate"].items():
                 _set(document, path, copy.deepcopy(value))
-            bad.write_text(json.dumps(document))
+            bom = b"\xef\xbb\xbf" if case.get("bom") else b""  # as Windows editors write
+            bad.write_bytes(bom + json.dumps(document).encode("utf-8"))
         places["bad"] = str(bad)
     if any("{suite}" in a for a in case["args"]):  # a suite directory of one instance
         suite = tmp / "suite"
