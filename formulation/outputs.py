@@ -153,9 +153,11 @@ def write_text(path: Path, text: str) -> None:
 
 def write_figure(path: Path, figure, **options) -> None:
     """A matplotlib figure laid out and saved as PNG to ``path`` (atomically). A name in a
-    script the font lacks is drawn as boxes, without a warning per glyph on stderr."""
+    script the font lacks is drawn as boxes, and a name too long for the margins is cut,
+    without a warning on stderr for either."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        warnings.filterwarnings("ignore", message="Tight layout not applied")
         figure.tight_layout()
         write_atomic(path, lambda p: figure.savefig(p, format="png", **options))
 
