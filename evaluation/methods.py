@@ -87,7 +87,6 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
         sweep_front,
     )
     from rl.env import NoPlanWithinBudget
-    from rl.lower import forget
     from rl.masks import NO_BUDGETS
 
     hippo = options.get("hippo", {})
@@ -96,7 +95,7 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     if scheduler is None:
         scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
     settings = DecisionSettings(**{**hippo.get("settings", {}), "seed": seed})
-    forget()  # every front a cold one: nothing the lower level found for an earlier one
+    scheduler.forget()  # every front a cold one: nothing found for an earlier one kept
     latencies = []
 
     def decide(weights, budgets):  # one timed decision

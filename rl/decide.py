@@ -58,12 +58,15 @@ from formulation.schema import (
 )
 from rl.env import (
     PAIR,
+    InstanceCache,
     Multipliers,
     NoFeasiblePlan,
     NoPlanWithinBudget,
     PlanEnv,
+    effective_budgets,
+    links_key,
 )
-from rl.lower import search
+from rl.lower import forget, search
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import load_checkpoint
@@ -78,6 +81,7 @@ MAX_SAMPLES = 1024
 MAX_POLISH = 1000
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
+MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
 
 
 def preference_grid(steps: int = 10) -> list[tuple[float, float, float]]:
@@ -101,8 +105,9 @@ class DecisionSettings:
 
     pairs: int = 1
     """The lower level (:mod:`rl.lower`) places the stages of this many (dp, micro-batch)
-    pairs, those the upper level ranks first, whatever the bound says (README: 1 and 2
-    give the same coverage with the exhaust, 1 the shorter fronts)."""
+    pairs, those the upper level ranks first, whatever the bound says, except that with
+    ``exhaust`` one a plan already known for the state proves slower is skipped (README:
+    1 and 2 give the same coverage with the exhaust, 1 the shorter fronts)."""
     lower_time: float | None = 1.0
     """Seconds the lower level may take in one decision, all its pairs together (None:
     no limit); past it, a pair keeps the best plan its DP runs found. The seeds' bound on
@@ -183,7 +188,16 @@ class Scheduler:
         self.checkpoint = str(checkpoint)
         self.env = PlanEnv()
         self.envs = [self.env]  # one per episode run in lockstep (:meth:`_episodes`)
+        # the candidates of each request answered, by instance state and request: the same
+        # request is answered the same, also where the lower level ran out of time
+        self.answers: dict[tuple, list[tuple[Plan, float]]] = {}
         torch.set_num_threads(1)
+
+    def forget(self) -> None:
+        """Drop what earlier decisions found (the answers and the lower level's memory):
+        the next decision on any state is made cold (the evaluation scores each front so)."""
+        self.answers.clear()
+        forget()
 
     def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
                   samples: int, generator: torch.Generator,
@@ -268,6 +282,18 @@ class Scheduler:
         admits no plan at all. Raises :class:`NoPlanWithinBudget` where plans exist but
         none within the budgets."""
         weights = preference(weights)
+        request = (InstanceCache.key(instance), links_key(instance),
+                   tuple(float(w) for w in weights), budgets, settings)
+        if request in self.answers:
+            return list(self.answers[request])
+        out = self._plans(instance, weights, budgets, settings)
+        if len(self.answers) >= MAX_ANSWERS:
+            self.answers.clear()
+        self.answers[request] = out
+        return list(out)
+
+    def _plans(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
+               settings: DecisionSettings) -> list[tuple[Plan, float]]:
         generator = torch.Generator().manual_seed(settings.seed)
         polish = settings.polish
         episodes = settings.pairs == 0 or settings.policy_plan or settings.samples > 0 \
@@ -323,7 +349,7 @@ class Scheduler:
         latency = time.perf_counter() - start
         weights = preference(weights)
         result = evaluate(instance, plan)
-        scale = self.env.cache.scale
+        scale = self.env.cache_of(instance).scale  # the env may hold another request's state
         objectives = np.array([result.objectives], dtype=float)
         terms = reward_terms(objectives, scale)[0]
         total = float(reward(objectives, weights, scale)[0])
@@ -331,7 +357,8 @@ class Scheduler:
                             {"R_eff": float(terms[0]), "R_util": float(terms[1]),
                              "R_cost": float(terms[2]), "R": total,
                              "T_base_s": scale.t_base, "C_base_usd": scale.c_base},
-                            explain_budgets(self.env, plan, result)
+                            explain_budgets(instance, effective_budgets(instance, budgets),
+                                            plan, result)
                             + explain(instance, plan, result))
 
     def front(self, instance: Instance, preferences=SWEEP_PREFERENCES,
@@ -401,9 +428,10 @@ def sweep_front(decide, cost_of, preferences,
     return plans, decisions
 
 
-def explain_budgets(env: PlanEnv, plan: Plan, result: Evaluation) -> list[str]:
-    """Which budget binds and by how much (none without budgets)."""
-    budgets, instance = env.budgets, env.task.instance
+def explain_budgets(instance: Instance, budgets: Budgets, plan: Plan,
+                    result: Evaluation) -> list[str]:
+    """Which budget binds and by how much (none without budgets); ``budgets`` with the
+    instance's own cost budget joined (:func:`rl.env.effective_budgets`)."""
     step_time, gpus, cost = result.objectives
     lines = []
     if budgets.gpus is not None:

@@ -323,7 +323,7 @@ class PlanEnv(gym.Env):
         else:
             raise ValueError("PlanEnv.reset: no task; give tasks= or options={'instance': ...}")
         self.task = task
-        self.cache = self._cache(task.instance)
+        self.cache = self.cache_of(task.instance)
         self.budgets = effective_budgets(task.instance, task.budgets)
         self.bucket = budget_bucket(self.budgets, self.cache.scale.t_base)
         self.edges, self.adjacency = link_features(task.instance)
@@ -349,11 +349,12 @@ class PlanEnv(gym.Env):
         for _ in range(REDRAWS):
             task = tasks(rng)
             budgets = effective_budgets(task.instance, task.budgets)
-            if self._cache(task.instance).pairs_within(budgets):
+            if self.cache_of(task.instance).pairs_within(budgets):
                 return task
         return Task(task.instance, task.weights)
 
-    def _cache(self, instance: Instance) -> InstanceCache:
+    def cache_of(self, instance: Instance) -> InstanceCache:
+        """The masks' rules and reward scale of ``instance``'s state, made on first use."""
         key = InstanceCache.key(instance)
         cache = self.caches.get(key)
         if cache is None:

@@ -203,16 +203,15 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
                 memory.answers.append((runs.gpus, runs.cost, precision, None))
                 return _placement(tables, None, runs.runs)
             high = found.period
-        top = high * (1 + 1e-9)  # bound tables made once, at the top of the interval
         low = runs.chain.known_period_floor(runs.caps())
         while high - low > precision * high:
             mid = (low + high) / 2
-            found = runs.at(mid, True, top)
+            found = runs.at(mid, True, None)
             if found is None:
                 low = mid
             else:
                 high = min(mid, found.period)
-        runs.at(high * (1 + 1e-9), False, top)
+        runs.at(high * (1 + 1e-9), False, None)
     except (LabelBudgetExceeded, OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
     memory.answers.append((runs.gpus, runs.cost, precision, runs.best))
@@ -251,20 +250,45 @@ def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: 
     """The lower level over the pairs in the upper level's order (``ranked``): it places
     the ``first`` ones; then, with ``exhaust``, each further one that :func:`beaten` cannot
     prove slower than the best plan placed so far by more than the period precision, until
-    the deadline. ``hints``: a plan per (dp, micro-batch), to start that pair's search."""
+    the deadline. ``hints``: a plan per (dp, micro-batch), to start that pair's search.
+
+    With ``exhaust``, the pairs whose placement an earlier decision on the state already
+    answers (:func:`_known`: no DP run) come first and set the bound; a ``first`` pair the
+    bound proves slower is then not placed either (a sweep's decisions mostly tighten a
+    budget the best pair's known plan still meets)."""
     placements: list[Placement] = []
     best = math.inf  # the least step time placed so far
+    answered: list[Placement | None] = []
+    if exhaust:  # what earlier decisions on this state placed bounds the search for free
+        ranked = list(ranked)
+        answered = [_known(tables, budgets) for tables in ranked]
+        placements = [known for known in answered if known is not None]
+        best = min((known.step_time_s for known in placements), default=math.inf)
     for rank, tables in enumerate(ranked):
-        if rank >= first:
-            if not exhaust or (deadline is not None and time.perf_counter() >= deadline):
-                break
-            if beaten(tables, budgets, best * (1 - PERIOD_PRECISION), deadline):
-                continue
+        if exhaust and answered[rank] is not None:
+            continue
+        if rank >= first and (not exhaust or (deadline is not None
+                                              and time.perf_counter() >= deadline)):
+            break
+        if exhaust and best < math.inf \
+                and beaten(tables, budgets, best * (1 - PERIOD_PRECISION), deadline):
+            continue
         hint = None if hints is None else hints.get((tables.dp, tables.micro_batch))
         placed = place(tables, budgets, hint=hint, deadline=deadline)
         placements.append(placed)
         best = min(best, placed.step_time_s)
     return placements
+
+
+def _known(tables: PairTables, budgets: Budgets) -> Placement | None:
+    """The placement an earlier decision on this pair and state made that answers
+    ``budgets`` too (:meth:`_Memory.answer`), without a DP run; None if there is none."""
+    memory = _MEMORY.get(tables)
+    if memory is None:
+        return None
+    caps = chain_of(tables).caps(budgets.gpus, budgets.cost)
+    known, terms = memory.answer(caps.gpus, caps.cost, PERIOD_PRECISION)
+    return _placement(tables, terms, 0) if known else None
 
 
 def _placement(tables: PairTables, terms: Terms | None, runs: int) -> Placement:

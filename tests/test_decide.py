@@ -124,6 +124,33 @@ def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: 
         DecisionSettings(pairs=-1)
 
 
+def test_the_same_request_is_answered_the_same_even_out_of_time(checkpoint: Path,
+                                                                instance: Instance):
+    scheduler = Scheduler(checkpoint)
+    hurried = DecisionSettings(lower_time=1e-9)  # the lower level runs out of time
+    first = scheduler.plans(instance, (1, 0, 0), Budgets(gpus=40), hurried)
+    again = scheduler.plans(instance, (2, 0, 0), Budgets(gpus=40), hurried)  # same direction
+    assert again == first and len(scheduler.answers) == 1
+    slow = instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps * 0.5)
+    scheduler.plans(slow, (1, 0, 0), Budgets(gpus=40), hurried)  # another state: asked
+    assert len(scheduler.answers) == 2
+    scheduler.forget()
+    assert not scheduler.answers
+
+
+def test_a_remembered_decision_explains_its_own_request(checkpoint: Path,
+                                                        instance: Instance):
+    scheduler = Scheduler(checkpoint)
+    budget = Budgets(gpus=int(scheduler.decide(instance, (1, 0, 0)).evaluation.objectives[1]))
+    asked = scheduler.decide(instance, (1, 0, 0), budgets=budget)
+    other = Instance.load(SUITES_DIR / "quick" / "random-k8-llama2-7b-s151.json")
+    scheduler.decide(other, (1, 0, 0), budgets=Budgets(gpus=8))  # the env now holds this
+    remembered = scheduler.decide(instance, (1, 0, 0), budgets=budget)
+    assert remembered.plan == asked.plan
+    assert remembered.explanation == asked.explanation
+    assert remembered.reward == asked.reward
+
+
 def test_a_checkpoint_of_nan_weights_is_refused(checkpoint: Path, tmp_path: Path):
     import torch
 

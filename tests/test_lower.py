@@ -10,7 +10,7 @@ from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
 from rl.decide import DecisionSettings
-from rl.lower import PERIOD_PRECISION, Placement, beaten, forget, place
+from rl.lower import PERIOD_PRECISION, Placement, beaten, forget, place, search
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.front import Front
 from solvers.tables import all_pair_tables
@@ -86,6 +86,26 @@ def test_a_placement_is_reused_where_it_fits_tighter_budgets():
     assert fits.plan == first.plan and fits.runs == 0
     finer = place(pair, Budgets(), precision=0.001)  # a finer request is solved again
     assert finer.runs >= 1 and finer.step_time_s <= first.step_time_s
+
+
+def test_known_answers_bound_the_search_and_spare_the_first_pair_proven_slower():
+    instance = Instance.load(QUICK[1])
+    forget()
+    pairs = all_pair_tables(instance)
+    placed = {id(t): place(t, Budgets()) for t in pairs}  # every pair, answered unbudgeted
+    fastest = min(pairs, key=lambda t: placed[id(t)].step_time_s)
+    budget = Budgets(gpus=placed[id(fastest)].plan.gpus())
+    # the fastest pair's known plan meets the budget: no DP run, and a first-ranked pair
+    # the bound proves slower is not placed
+    slowest = max((t for t in pairs if placed[id(t)].plan is not None
+                   and placed[id(t)].step_time_s > placed[id(fastest)].step_time_s
+                   * (1 + 2 * PERIOD_PRECISION)), key=lambda t: placed[id(t)].step_time_s)
+    ranked = [slowest] + [t for t in pairs if t is not slowest]
+    found = search(ranked, budget, first=1)
+    assert all(p.runs == 0 for p in found)
+    assert min(p.step_time_s for p in found) == placed[id(fastest)].step_time_s
+    # without the exhaust the first pair is placed whatever the bound says
+    assert search(ranked, budget, first=1, exhaust=False)[0].plan.dp == slowest.dp
 
 
 def test_a_deadline_stops_the_runs_and_keeps_the_hint():
