@@ -222,13 +222,19 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
            deadline: float | None = None) -> bool:
     """Whether no plan of the pair within the budgets has a step time below ``step_time``,
     proven: every plan's step time is at least ``(m - 1) P + sum c`` with ``sum c`` at
-    least the pair's least compute, so a plan below ``step_time`` needs a period below
+    least the pair's least compute and ``P`` at least ``sum c / S``; where that bound does
+    not settle it, a plan below ``step_time`` needs a period below
     ``(step_time - sum c) / (m - 1)``, and one feasibility run (or a floor already proven)
     tells whether there is one. False where it cannot tell in time."""
     t = tables
     least_compute = (t.layers * float(t.layer_time.min()) + float(t.first_time.min())
                      + float(t.last_time.min()))
-    if least_compute >= step_time:
+    # no DP run where the compute alone settles it: the period is at least the mean stage
+    # compute sum c / S (the window over all stages), so a plan's step time is at least
+    # sum c (1 + (m - 1) / S), with S at most the positions and what the GPUs allow
+    gpus = min(float(t.free_gpus.sum()), math.inf if budgets.gpus is None else budgets.gpus)
+    stages = min(t.positions, int(gpus // int(t.gpus.min())))
+    if stages < 1 or least_compute * (1 + (t.micro_batches - 1) / stages) >= step_time:
         return True
     if t.micro_batches == 1:
         return False

@@ -12,6 +12,7 @@ from instances.suites import FRONTS_DIR, SUITES_DIR
 from rl.decide import DecisionSettings
 from rl.lower import PERIOD_PRECISION, Placement, beaten, forget, place, search
 from rl.masks import COST_TOLERANCE, Budgets
+from solvers.chain import chain_of
 from solvers.front import Front
 from solvers.tables import all_pair_tables
 
@@ -61,6 +62,24 @@ def test_a_pair_proven_beaten_has_no_faster_plan_and_the_optimum_is_never_beaten
                 ruled_out += 1
                 assert place(tables, budgets).step_time_s >= step_time * (1 - 1e-9)
     assert ruled_out > 0  # the bound does rule pairs out
+
+
+def test_the_compute_bound_rules_a_pair_out_without_a_dp_run():
+    """Every plan's step time is at least sum c (1 + (m - 1) / S): below that, beaten
+    needs no DP run; the fewer stages a GPU budget allows, the higher the bound."""
+    instance = Instance.load(QUICK[0])
+    forget()
+    tables = max(all_pair_tables(instance), key=lambda t: t.micro_batches)
+    least = (tables.layers * float(tables.layer_time.min()) + float(tables.first_time.min())
+             + float(tables.last_time.min()))
+    stages = tables.positions
+    bound = least * (1 + (tables.micro_batches - 1) / stages)
+    chain = chain_of(tables)
+    assert beaten(tables, Budgets(), bound) and chain.runs == 0
+    smallest = int(tables.gpus.min())
+    two = Budgets(gpus=2 * smallest)  # at most two stages
+    assert beaten(tables, two, least * (1 + (tables.micro_batches - 1) / 2))
+    assert chain.runs == 0
 
 
 def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
