@@ -318,9 +318,6 @@ class Scheduler:
             key = (plan.dp, plan.micro_batch)
             if key not in hints or value > hints[key][1]:
                 hints[key] = (plan, value)
-        one_domain = env.cache.one_domain  # else the fastest one-domain plan, for its pair
-        if one_domain is not None:
-            hints.setdefault((one_domain.dp, one_domain.micro_batch), (one_domain, None))
         deadline = None if settings.lower_time is None \
             else time.perf_counter() + settings.lower_time
         # in the current link state, made as the search reaches them

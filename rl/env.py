@@ -189,14 +189,9 @@ class InstanceCache:
         self.pair_of_code = {c: i for i, c in enumerate(self.pair_codes) if c is not None}
         self.option_codes = [[option_code(*o) for o in t.options] for t in self.rules.pairs]
         try:
-            references = baseline_references(instance, statics.tables, statics.uniform)
-            self.scale = references.scale
+            self.scale = baseline_references(instance, statics.tables, statics.uniform).scale
         except NoReferencePlan as err:  # nowhere to place even one stage
             raise NoFeasiblePlan(str(err)) from None
-        # the fastest one-domain plan (a Plan, or another family's where none fits one
-        # domain): a start for the lower level's period search of its pair
-        self.one_domain = references.single_domain if references.single_domain_feasible \
-            and isinstance(references.single_domain, Plan) else None
         self.node_mask = np.zeros(MAX_DOMAINS, dtype=np.float32)
         self.node_mask[:k] = 1
         self.gpus = np.array([d.gpus for d in instance.domains], dtype=np.float32)
