@@ -149,10 +149,12 @@ class _Runs:
                 self.best is None or values.step_time_s < self.best.values.step_time_s):
             self.best = terms
 
-    def at(self, period: float, feasibility: bool, tables_at: float | None) -> Terms | None:
+    def at(self, period: float, feasibility: bool) -> Terms | None:
         """A plan of the relaxation with period at most ``period`` (with ``feasibility``,
         any; otherwise the one of least S), repaired: None if there is none. A plan that
-        only breaks the WAN share cap is returned, not kept (:meth:`offer`)."""
+        only breaks the WAN share cap is returned, not kept (:meth:`offer`). The bound tables
+        are made at ``period`` itself: tighter than one table for a whole bisection, they
+        save more labels than they cost (README)."""
         chain = self.chain
         while True:
             work = UNLIMITED_WORK
@@ -164,7 +166,7 @@ class _Runs:
             self.runs += 1
             caps = self.caps()
             found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
-                              tables_at=tables_at, work_budget=work)
+                              work_budget=work)
             if found is None:
                 if feasibility:  # a proven floor for caps at least as tight
                     chain.period_floors.append((caps, period))
@@ -187,18 +189,18 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
           precision: float = PERIOD_PRECISION, deadline: float | None = None) -> Placement:
     """The lower level on one pair (module docstring); ``deadline`` in
     ``time.perf_counter()`` seconds."""
+    known = _known(tables, budgets, precision)
+    if known is not None:
+        return known
     runs = _Runs(tables, budgets, deadline)
     memory = runs.memory
-    known, terms = memory.answer(runs.gpus, runs.cost, precision)
-    if known:
-        return _placement(tables, terms, 0)
     choices = None if hint is None else plan_choices(tables, hint)
     if choices is not None:
         runs.offer(runs.chain.terms(choices))
     high = runs.least_known_period()
     try:
         if high == math.inf:
-            found = runs.at(OPEN, True, None)
+            found = runs.at(OPEN, True)
             if found is None:
                 memory.answers.append((runs.gpus, runs.cost, precision, None))
                 return _placement(tables, None, runs.runs)
@@ -206,12 +208,12 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
         low = runs.chain.known_period_floor(runs.caps())
         while high - low > precision * high:
             mid = (low + high) / 2
-            found = runs.at(mid, True, None)
+            found = runs.at(mid, True)
             if found is None:
                 low = mid
             else:
                 high = min(mid, found.period)
-        runs.at(high * (1 + 1e-9), False, None)
+        runs.at(high * (1 + 1e-9), False)
     except (LabelBudgetExceeded, OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
     memory.answers.append((runs.gpus, runs.cost, precision, runs.best))
@@ -245,7 +247,7 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
     if runs.chain.known_period_floor(runs.caps()) >= period:
         return True
     try:
-        return runs.at(period, True, None) is None
+        return runs.at(period, True) is None
     except (LabelBudgetExceeded, OutOfTime):
         return False
 
@@ -286,14 +288,15 @@ def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: 
     return placements
 
 
-def _known(tables: PairTables, budgets: Budgets) -> Placement | None:
+def _known(tables: PairTables, budgets: Budgets,
+           precision: float = PERIOD_PRECISION) -> Placement | None:
     """The placement an earlier decision on this pair and state made that answers
     ``budgets`` too (:meth:`_Memory.answer`), without a DP run; None if there is none."""
     memory = _MEMORY.get(tables)
     if memory is None:
         return None
     caps = chain_of(tables).caps(budgets.gpus, budgets.cost)
-    known, terms = memory.answer(caps.gpus, caps.cost, PERIOD_PRECISION)
+    known, terms = memory.answer(caps.gpus, caps.cost, precision)
     return _placement(tables, terms, 0) if known else None
 
 
