@@ -535,12 +535,10 @@ def _run(args: argparse.Namespace) -> None:
         except ConnectionError as err:
             raise InputError(str(err)) from None
         return
-    from instances.suites import SUITES, suite_paths
+    from instances.suites import SUITES, SUITES_DIR, suite_paths
 
     if args.suite not in SUITES:
         raise InputError(f"--suite must be one of {list(SUITES)}, got {args.suite!r}")
-    from instances.suites import SUITES_DIR
-
     # the directory of the fronts, never the suite's own (or one holding it)
     args.out = output_directory(args.out, inputs=[SUITES_DIR / args.suite])
     todo = []
