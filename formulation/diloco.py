@@ -30,8 +30,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from formulation.costmodel import BYTES_PER_VALUE, GB
-from formulation.evaluator import cost_model
+from formulation.evaluator import cost_model, derived_metrics
+from formulation.feasibility import (
+    COST_BUDGET_RULE,
+    WAN_CAP_RULE,
+    Facts,
+    Kind,
+    Violation,
+    check_micro_batches,
+)
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.result import Evaluation, Scores, evaluate
@@ -63,9 +73,22 @@ class DilocoPlan:
         plan = DilocoPlan(
             sync_every=r.integer("sync_every", low=1),
             workers=tuple(r.items("workers", lambda value, where: Plan.from_dict(
-                value, instance, where), min_len=1)))
+                value, instance, where, whole_batch=False), min_len=1)))
         r.finish()
+        if instance is not None:
+            plan.check_batches(instance, f"{path}.workers" if path else "workers")
         return plan
+
+    def check_batches(self, instance: Instance, where: str = "workers") -> None:
+        """Refuse a plan whose workers cannot share the global batch in whole micro-batches
+        (:func:`formulation.feasibility.check_micro_batches`)."""
+        count, batch = len(self.workers), instance.training.global_batch
+        if batch % count:
+            raise InputError(f"{where}: training.global_batch {batch} is not divisible by "
+                             f"{count} DiLoCo workers")
+        inner = worker_instance(instance, count)
+        for i, worker in enumerate(self.workers):
+            check_micro_batches(inner, worker.dp, worker.micro_batch, f"{where}[{i}]")
 
     def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
         return {"schema": DILOCO_SCHEMA, "sync_every": self.sync_every,
@@ -107,52 +130,55 @@ def ring_sync(instance: Instance, domains: list[int]) -> tuple[float, float, flo
 
 def evaluate_diloco(instance: Instance, plan: DilocoPlan) -> DilocoEvaluation:
     """Objectives, derived metrics and violations of a DiLoCo plan (module doc)."""
+    plan.check_batches(instance)
     cm = cost_model(instance)
     names = cm.domain_names
     count = len(plan.workers)
-    violations: list[str] = []
-    batch = instance.training.global_batch
-    if batch % count:
-        violations.append(f"microbatch: global batch {batch} is not divisible by {count} "
-                          f"DiLoCo workers")
+    violations: list[Violation] = []
     inner = worker_instance(instance, count)
     workers = [evaluate(inner, worker) for worker in plan.workers]
     domains = [plan.worker_domain(i) for i in range(count)]
     for i, (worker, evaluation) in enumerate(zip(plan.workers, workers, strict=True)):
         where = f"worker {i} ({names[domains[i]]!r})"
         if len({s.domain for s in worker.stages}) > 1:
-            violations.append(f"diloco: {where} spans several domains; a worker lives in one")
-        violations += [f"{message.split(':', 1)[0]}: {where}:{message.split(':', 1)[1]}"
-                       for message in evaluation.violations]
+            violations.append(Violation(Kind.DILOCO,
+                                        f"{where} spans several domains; a worker lives in one"))
+        violations += [Violation(v.kind, f"{where}: {v.message}")
+                       for v in evaluation.violations]
     for k in sorted(set(domains)):
         if domains.count(k) > 1:
-            violations.append(f"diloco: domain {names[k]!r} hosts {domains.count(k)} workers; "
-                              f"use dp inside one worker instead")
+            violations.append(Violation(Kind.DILOCO, f"domain {names[k]!r} hosts "
+                                                     f"{domains.count(k)} workers; use dp "
+                                                     f"inside one worker instead"))
     sync_s, sync_cost, sync_gb = ring_sync(instance, domains)
     inner_step = max(w.step_time_s for w in workers)
     step = inner_step + sync_s / plan.sync_every
     comm_cost = sync_cost / plan.sync_every
-    cap = instance.constraints.wan_share_cap
-    if cap is not None and count > 1:
-        # The sync uses each ring link for the whole of T_sync; averaged over H steps.
-        share = sync_s / plan.sync_every / step
-        if share > cap:
-            violations.append(f"wan_cap: the DiLoCo sync keeps the ring busy {share:.0%} of the "
-                              f"time > cap {cap:.0%}")
-    budget = instance.constraints.cost_budget
-    if budget is not None and comm_cost > budget * (1 + 1e-12):
-        violations.append(f"cost_budget: comm_cost {comm_cost:.4f} USD/step > budget "
-                          f"{budget:.4f}")
+    # The sync uses each ring link for the whole of T_sync; averaged over H steps, the same
+    # WAN-share and budget rules as a pipeline's links (one "boundary": the ring).
+    facts = Facts(instance=instance, dp=np.zeros(1), micro_batch=np.zeros(1),
+                  layers=np.zeros((1, 0)), tp=np.ones((1, 0)), recompute=np.zeros((1, 0)),
+                  domain=np.zeros((1, 0), dtype=np.int64), memory=np.zeros((1, 0)),
+                  usable_memory=cm.usable_memory,
+                  domain_gpus=np.zeros((1, instance.num_domains)),
+                  occupancy=np.array([[sync_s / plan.sync_every]]),
+                  wan=np.array([[count > 1]]), period=np.array([step]),
+                  comm_cost=np.array([comm_cost]), ring=True)
+    for rule in (WAN_CAP_RULE, COST_BUDGET_RULE):
+        if rule.test(facts)[0]:
+            violations += [Violation(rule.kind, message)
+                           for message in rule.explain(facts, 0, names)]
     gpus = plan.gpus()
-    peak = instance.gpu.peak_tflops * 1e12
-    model_flops = cm.model_flops_per_step()
+    # a worker's FLOPs of one inner step: its achieved TFLOP/s over its own step
+    hardware_flops = sum(w.derived["achieved_tflops_per_gpu"] * 1e12 * w.gpus * w.step_time_s
+                         for w in workers)
+    mismatches = [dataclasses.replace(m, message=f"worker {i}: {m.message}")
+                  for i, w in enumerate(workers) for m in w.mismatches]
     return DilocoEvaluation(
-        step_time_s=step, gpus=gpus, comm_cost=comm_cost, feasible=not violations,
-        violations=violations,
-        derived={"mfu": model_flops / (gpus * peak * step),
-                 "tokens_per_s": batch * instance.model.seq_len / step,
-                 "wan_gb_per_step": sync_gb / plan.sync_every,
-                 "cluster_utilisation": model_flops / step / (peak * cm.free_gpus_total)},
+        step_time_s=step, gpus=gpus, comm_cost=comm_cost, violations=violations,
+        mismatches=mismatches,
+        derived={**derived_metrics(instance, cm, step, gpus, hardware_flops),
+                 "wan_gb_per_step": sync_gb / plan.sync_every},
         breakdown={"inner_step_s": inner_step, "sync_s": sync_s,
                    "sync_every": plan.sync_every, "workers": count},
         workers=workers, plan=plan)

@@ -2,7 +2,10 @@
 
 Add ``--robust`` to evaluate with every WAN link at its worst case (B (1 - eps), L x 1.5).
 PLAN may be a pipeline plan or a DiLoCo plan (``formulation.diloco``).
-Malformed input gives one line on stderr and exit code 2.
+Malformed input gives one line on stderr and exit code 2; so does a plan whose dp x
+micro_batch does not divide the global batch. A plan outside the instance's search space is
+scored physically, with one warning line on stderr per value the space does not list
+(``within_search_space`` and ``search_mismatches`` in the JSON).
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ def _evaluate(args: argparse.Namespace) -> None:
     plan = load_plan(args.plan, instance)
     if args.robust:
         instance = robust_instance(instance)
-    sys.stdout.write(dumps(evaluate_any(instance, plan).to_dict()))
+    evaluation = evaluate_any(instance, plan)
+    for mismatch in evaluation.mismatches:  # scored all the same: see formulation.feasibility
+        print(f"warning: outside the instance's search space: {mismatch.message}",
+              file=sys.stderr)
+    sys.stdout.write(dumps(evaluation.to_dict()))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulation.batch import RECOMPUTE_CODE, PlanBatch
+from formulation.batch import PlanBatch
 from formulation.costmodel import CostModel
+from formulation.feasibility import (
+    PHYSICAL,
+    Facts,
+    check_micro_batches,
+    outside_search,
+    violation_matrix,
+)
 from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
 
-# Violation kinds, in the column order of ``BatchEvaluation.violation``.
-VIOLATIONS = ("layers", "microbatch", "tp", "search", "memory", "gpus", "wan_cap", "cost_budget")
+# Violation kinds (:class:`formulation.feasibility.Kind` values), in the column order of
+# ``BatchEvaluation.violation``.
+VIOLATIONS = tuple(kind.value for kind in PHYSICAL)
 OBJECTIVES = ("step_time_s", "gpus", "comm_cost")
 
 _COST_MODELS: weakref.WeakKeyDictionary[Instance, CostModel] = weakref.WeakKeyDictionary()
@@ -58,8 +66,9 @@ class BatchEvaluation:
     step_time_s: np.ndarray  # (N,)
     gpus: np.ndarray  # (N,)
     comm_cost: np.ndarray  # (N,) USD per step
-    feasible: np.ndarray  # (N,) bool
+    feasible: np.ndarray  # (N,) bool: no violation (a plan outside the search space may be)
     violation: np.ndarray  # (N, len(VIOLATIONS)) bool
+    outside_search: np.ndarray  # (N,) bool: a value the instance's search space does not list
     mfu: np.ndarray
     achieved_tflops_per_gpu: np.ndarray  # counts recompute FLOPs, as Megatron-LM does
     tokens_per_s: np.ndarray
@@ -75,6 +84,11 @@ class BatchEvaluation:
     boundary_delay_s: np.ndarray  # (N, S-1) between front stages j and j+1
     boundary_occupancy_s: np.ndarray  # (N, S-1)
     domain_gpus: np.ndarray  # (N, K) GPUs each plan takes from each domain
+
+    @property
+    def admissible(self) -> np.ndarray:
+        """(N,) bool: feasible and within the search space, the plans a solver may return."""
+        return self.feasible & ~self.outside_search
 
     @property
     def objectives(self) -> np.ndarray:
@@ -149,24 +163,32 @@ def latency_bound(compute_from_end: np.ndarray, delay_from_end: np.ndarray,
     return out
 
 
-def _check_batch(batch: PlanBatch, num_domains: int) -> None:
+def _check_batch(batch: PlanBatch, instance: Instance) -> None:
     """Arrays built by a solver may be wrong in ways the formulas cannot score."""
+    num_domains = instance.num_domains
     if min(batch.dp.min(initial=1), batch.micro_batch.min(initial=1), batch.tp.min(initial=1)) < 1:
         raise ValueError("PlanBatch: dp, micro_batch and tp must be >= 1")
     if batch.domain.size and (batch.domain.min() < 0 or batch.domain.max() >= num_domains):
         raise ValueError(f"PlanBatch: domain indices must lie in 0..{num_domains - 1}")
     if not np.isin(batch.recompute, (0, 1, 2)).all():
         raise ValueError("PlanBatch: recompute codes must be 0, 1 or 2")
+    broken = np.flatnonzero(instance.training.global_batch % (batch.dp * batch.micro_batch))
+    if broken.size:
+        i = int(broken[0])
+        check_micro_batches(instance, int(batch.dp[i]), int(batch.micro_batch[i]),
+                            f"PlanBatch row {i}")
 
 
 def evaluate_batch(instance: Instance, batch: PlanBatch,
                    model: CostModel | None = None) -> BatchEvaluation:
-    """Score N plans at once. Plans are never rejected: infeasibility is reported.
+    """Score N plans at once. Infeasibility is reported, not rejected; a row whose
+    dp x micro_batch does not divide the global batch is no plan and raises
+    :class:`~formulation.schema.InputError`.
 
     ``model`` overrides the instance's cost model (used to fit the efficiency constants)."""
     cm = model or cost_model(instance)
-    training, gpu, search = instance.training, instance.gpu, instance.search
-    _check_batch(batch, instance.num_domains)
+    training = instance.training
+    _check_batch(batch, instance)
     n_plans, width = batch.layers.shape
     n_stages = batch.num_stages
     index = np.arange(width)[None, :]
@@ -220,46 +242,39 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     domain_gpus = domain_gpus.reshape(n_plans, n_domains).astype(np.int64)
     gpus = stage_gpus.sum(axis=1)
     comm_cost = cost.sum(axis=1)
-    free = np.array([d.free_gpus for d in instance.domains])
+    facts = Facts(instance=instance, dp=batch.dp, micro_batch=batch.micro_batch,
+                  layers=layers, tp=t, recompute=batch.recompute, domain=domain,
+                  memory=memory, usable_memory=cm.usable_memory, domain_gpus=domain_gpus,
+                  occupancy=occupancy, wan=joined & (k_from != k_to), period=period,
+                  comm_cost=comm_cost)
+    violation = violation_matrix(facts)
 
-    violation = np.zeros((n_plans, len(VIOLATIONS)), dtype=bool)
-    col = {name: i for i, name in enumerate(VIOLATIONS)}
-    violation[:, col["layers"]] = layers.sum(axis=1) != instance.model.layers
-    violation[:, col["microbatch"]] = training.global_batch % (batch.dp * batch.micro_batch) != 0
-    violation[:, col["tp"]] = np.any(real & ((t > gpu.gpus_per_node)
-                                             | (instance.model.heads % t != 0)), axis=1)
-    violation[:, col["search"]] = (
-        ~np.isin(batch.dp, search.dp) | ~np.isin(batch.micro_batch, search.micro_batch)
-        | np.any(real & ~np.isin(t, search.tp), axis=1)
-        | np.any(real & ~np.isin(batch.recompute, [RECOMPUTE_CODE[r] for r in search.recompute]),
-                 axis=1)
-        | (n_stages > search.max_stages))
-    violation[:, col["memory"]] = np.any(memory > cm.usable_memory, axis=1)
-    violation[:, col["gpus"]] = np.any(domain_gpus > free[None, :], axis=1)
-    cap = instance.constraints.wan_share_cap
-    if cap is not None:
-        wan = joined & (k_from != k_to)
-        violation[:, col["wan_cap"]] = np.any(wan & (occupancy > cap * period[:, None]), axis=1)
-    budget = instance.constraints.cost_budget
-    if budget is not None:
-        violation[:, col["cost_budget"]] = comm_cost > budget * (1 + 1e-12)
-
-    model_flops = cm.model_flops_per_step()
-    hardware_flops = model_flops + training.global_batch * np.sum(
+    hardware_flops = cm.model_flops_per_step() + training.global_batch * np.sum(
         np.where(real, layers * table["recompute_flops"], 0.0), axis=1)
-    peak = gpu.peak_tflops * 1e12
     return BatchEvaluation(
         step_time_s=step_time, gpus=gpus, comm_cost=comm_cost,
         feasible=~violation.any(axis=1), violation=violation,
-        mfu=model_flops / (gpus * peak * step_time),
-        achieved_tflops_per_gpu=hardware_flops / (gpus * step_time) / 1e12,
-        tokens_per_s=training.global_batch * instance.model.seq_len / step_time,
+        outside_search=outside_search(facts),
+        **derived_metrics(instance, cm, step_time, gpus, hardware_flops),
         wan_gb_per_step=traffic.sum(axis=1),
-        cluster_utilisation=model_flops / step_time / (peak * cm.free_gpus_total),
         period_s=period, pipeline_s=pipeline, allreduce_s=allreduce.max(axis=1),
         optimizer_s=optimizer.max(axis=1), stage_compute_s=compute,
         stage_memory_bytes=memory, stage_in_flight=in_flight, boundary_delay_s=delay,
         boundary_occupancy_s=occupancy, domain_gpus=domain_gpus)
+
+
+def derived_metrics(instance: Instance, cm: CostModel, step_time_s, gpus,
+                    hardware_flops) -> dict:
+    """MFU, tokens per second, cluster utilisation and achieved TFLOP/s per GPU, defined once
+    for every plan family; scalars or arrays. ``hardware_flops``: the FLOPs a step runs,
+    recompute included (Megatron-LM counts them in its TFLOP/s); MFU counts the model's."""
+    model_flops = cm.model_flops_per_step()
+    peak = instance.gpu.peak_tflops * 1e12
+    return {"mfu": model_flops / (gpus * peak * step_time_s),
+            "tokens_per_s": instance.training.global_batch * instance.model.seq_len
+            / step_time_s,
+            "cluster_utilisation": model_flops / step_time_s / (peak * cm.free_gpus_total),
+            "achieved_tflops_per_gpu": hardware_flops / (gpus * step_time_s) / 1e12}
 
 
 def evaluate_plans(instance: Instance, plans: list[Plan],

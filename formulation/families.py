@@ -54,10 +54,10 @@ def score(instance: Instance, plans: Sequence[AnyPlan]) -> tuple[np.ndarray, np.
     if pipeline:
         result = evaluate_plans(instance, [plans[i] for i in pipeline])
         objectives[pipeline] = result.objectives
-        feasible[pipeline] = result.feasible
+        feasible[pipeline] = result.admissible
     for i, plan in enumerate(plans):
         if isinstance(plan, DilocoPlan):
             evaluation = evaluate_diloco(instance, plan)
             objectives[i] = evaluation.objectives
-            feasible[i] = evaluation.feasible
+            feasible[i] = evaluation.admissible
     return objectives, feasible

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from formulation.feasibility import check_micro_batches
 from formulation.instance import MAX_DOMAIN_GPUS, MAX_LAYERS, RECOMPUTE_MODES, Instance
 from formulation.outputs import write_json
 from formulation.schema import InputError, Reader, read_json
@@ -57,9 +58,12 @@ class Plan:
 
     # -- JSON -----------------------------------------------------------------------------
     @staticmethod
-    def from_dict(document: Any, instance: Instance | None = None, path: str = "") -> Plan:
-        """Read a plan; with an instance, domain names are resolved and indices checked.
-        ``path`` prefixes the field names in error messages (a plan inside a document)."""
+    def from_dict(document: Any, instance: Instance | None = None, path: str = "",
+                  whole_batch: bool = True) -> Plan:
+        """Read a plan; with an instance, domain names are resolved and indices checked, and
+        (``whole_batch``) a dp x micro_batch that does not divide the global batch is
+        refused. ``path`` prefixes the field names in error messages (a plan inside a
+        document)."""
         r = Reader(document, path)
         schema = r.string("schema", PLAN_SCHEMA)
         if schema != PLAN_SCHEMA:
@@ -93,6 +97,8 @@ class Plan:
                     schedule=r.string("schedule", "1f1b", choices=("1f1b",)),
                     stages=tuple(r.items("stages", stage, min_len=1, max_len=most)))
         r.finish()
+        if instance is not None and whole_batch:
+            check_micro_batches(instance, plan.dp, plan.micro_batch, path or "plan")
         return plan
 
     def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:

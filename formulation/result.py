@@ -12,35 +12,60 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from formulation.costmodel import GB
-from formulation.evaluator import cost_model
-from formulation.instance import Instance
+from formulation.evaluator import cost_model, derived_metrics
+from formulation.feasibility import (
+    Facts,
+    Kind,
+    Mismatch,
+    Violation,
+    check_micro_batches,
+    mismatches,
+    violations,
+)
+from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
 
 
 @dataclass(frozen=True)
 class Scores:
-    """What every plan family's evaluation has: objectives, feasibility with named
-    violations, derived metrics and the parts of the step time."""
+    """What every plan family's evaluation has: objectives, violations and search-space
+    mismatches (:mod:`formulation.feasibility`), derived metrics and the parts of the step
+    time."""
 
     step_time_s: float
     gpus: int
     comm_cost: float
-    feasible: bool
-    violations: list[str]
+    violations: list[Violation]
+    mismatches: list[Mismatch]
     derived: dict[str, float]
     breakdown: dict[str, float]
+
+    @property
+    def feasible(self) -> bool:
+        """No violation: the plan runs as stated (it may lie outside the search space)."""
+        return not self.violations
+
+    @property
+    def admissible(self) -> bool:
+        """Feasible and within the instance's search space."""
+        return not self.violations and not self.mismatches
 
     @property
     def objectives(self) -> tuple[float, int, float]:
         return (self.step_time_s, self.gpus, self.comm_cost)
 
     @property
-    def violation_kinds(self) -> set[str]:
-        return {message.split(":", 1)[0] for message in self.violations}
+    def violation_kinds(self) -> set[Kind]:
+        return {violation.kind for violation in self.violations}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"feasible": self.feasible, "violations": self.violations,
+        return {"feasible": self.feasible,
+                "violations": [violation.to_dict() for violation in self.violations],
+                "within_search_space": not self.mismatches,
+                "search_mismatches": [mismatch.to_dict() for mismatch in self.mismatches],
                 "step_time_s": self.step_time_s, "gpus": self.gpus, "comm_cost": self.comm_cost,
                 **self.derived, "breakdown": self.breakdown}
 
@@ -89,10 +114,13 @@ def latency_bound(compute_from_end: list[float], delay_from_end: list[float]) ->
 
 
 def evaluate(instance: Instance, plan: Plan) -> Evaluation:
-    """Objectives, derived metrics, per-stage memory and violations of one plan."""
+    """Objectives, derived metrics, per-stage memory, violations and search-space
+    mismatches of one plan. A plan whose dp x micro_batch does not divide the global batch
+    raises :class:`~formulation.schema.InputError` (no whole number of micro-batches)."""
     cm = cost_model(instance)
-    training, model = instance.training, instance.model
+    training = instance.training
     b, dp, count = plan.micro_batch, plan.dp, plan.num_stages
+    check_micro_batches(instance, dp, b)
     m = training.global_batch / (dp * b)
     compute, memory, allreduce, optimizer, in_flight = [], [], [], [], []
     recompute_flops = 0.0
@@ -121,19 +149,14 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     step = pipeline + max(allreduce) + max(optimizer)
     gpus = plan.gpus()
 
-    model_flops = cm.model_flops_per_step()
-    peak = instance.gpu.peak_tflops * 1e12
     run_hours = training.steps * step / 3600
-    violations = _violations(instance, plan, memory, occupancy, period, comm_cost)
+    facts = _facts(instance, plan, memory, occupancy, period, comm_cost)
+    hardware_flops = cm.model_flops_per_step() + training.global_batch * recompute_flops
     return Evaluation(
-        step_time_s=step, gpus=gpus, comm_cost=comm_cost, feasible=not violations,
-        violations=violations,
-        derived={"mfu": model_flops / (gpus * peak * step),
-                 "tokens_per_s": training.global_batch * model.seq_len / step,
-                 "wan_gb_per_step": wan_gb,
-                 "cluster_utilisation": model_flops / step / (peak * cm.free_gpus_total),
-                 "achieved_tflops_per_gpu": (model_flops + training.global_batch
-                                             * recompute_flops) / (gpus * step) / 1e12},
+        step_time_s=step, gpus=gpus, comm_cost=comm_cost, violations=violations(facts),
+        mismatches=mismatches(facts),
+        derived={**derived_metrics(instance, cm, step, gpus, hardware_flops),
+                 "wan_gb_per_step": wan_gb},
         breakdown={"period_s": period, "pipeline_s": pipeline, "allreduce_s": max(allreduce),
                    "optimizer_s": max(optimizer), "micro_batches": m},
         run={"steps": training.steps, "time_h": run_hours, "gpu_hours": gpus * run_hours,
@@ -143,56 +166,23 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         usable_memory_gb=cm.usable_memory / GB)
 
 
-def _violations(instance: Instance, plan: Plan, memory: list[float], occupancy: list[float],
-                period: float, comm_cost: float) -> list[str]:
-    """Every violated constraint as ``kind: explanation`` (kinds as in ``VIOLATIONS``)."""
+def _facts(instance: Instance, plan: Plan, memory: list[float], occupancy: list[float],
+           period: float, comm_cost: float) -> Facts:
+    """The one-row :class:`~formulation.feasibility.Facts` of a plan."""
     cm = cost_model(instance)
-    names = cm.domain_names
-    search, training, model = instance.search, instance.training, instance.model
-    node = instance.gpu.gpus_per_node
-    out: list[str] = []
-    layers = sum(s.layers for s in plan.stages)
-    if layers != model.layers:
-        out.append(f"layers: the stages hold {layers} layers, the model has {model.layers}")
-    if training.global_batch % (plan.dp * plan.micro_batch):
-        out.append(f"microbatch: global batch {training.global_batch} is not divisible by "
-                   f"dp * micro_batch = {plan.dp * plan.micro_batch}")
-    for j, stage in enumerate(plan.stages):
-        if stage.tp > node:
-            out.append(f"tp: stage {j} has tp={stage.tp} > {node} GPUs per node")
-        elif model.heads % stage.tp:
-            out.append(f"tp: stage {j} has tp={stage.tp}, which does not divide "
-                       f"{model.heads} heads")
-    if plan.dp not in search.dp:
-        out.append(f"search: dp={plan.dp} is not in the allowed {list(search.dp)}")
-    if plan.micro_batch not in search.micro_batch:
-        out.append(f"search: micro_batch={plan.micro_batch} is not in the allowed "
-                   f"{list(search.micro_batch)}")
-    for j, stage in enumerate(plan.stages):
-        if stage.tp not in search.tp:
-            out.append(f"search: stage {j} tp={stage.tp} is not in {list(search.tp)}")
-        if stage.recompute not in search.recompute:
-            out.append(f"search: stage {j} recompute={stage.recompute!r} is not allowed")
-    if plan.num_stages > search.max_stages:
-        out.append(f"search: {plan.num_stages} stages > max_stages {search.max_stages}")
-    for j, stage in enumerate(plan.stages):
-        if memory[j] > cm.usable_memory:
-            out.append(f"memory: stage {j} (domain {names[stage.domain]!r}) needs "
-                       f"{memory[j] / GB:.1f} GB per GPU > {cm.usable_memory / GB:.1f} GB usable")
-    used = [0] * instance.num_domains
-    for stage in plan.stages:
-        used[stage.domain] += plan.dp * stage.tp
-    for k, count in enumerate(used):
-        if count > instance.domains[k].free_gpus:
-            out.append(f"gpus: domain {names[k]!r} uses {count} GPUs > "
-                       f"{instance.domains[k].free_gpus} free")
-    cap = instance.constraints.wan_share_cap
-    if cap is not None:
-        for j, (a, z) in enumerate(zip(plan.stages, plan.stages[1:], strict=False)):
-            if a.domain != z.domain and occupancy[j] > cap * period:
-                out.append(f"wan_cap: link {names[a.domain]!r}->{names[z.domain]!r} is busy "
-                           f"{occupancy[j] / period:.0%} of the period > cap {cap:.0%}")
-    budget = instance.constraints.cost_budget
-    if budget is not None and comm_cost > budget * (1 + 1e-12):
-        out.append(f"cost_budget: comm_cost {comm_cost:.4f} USD/step > budget {budget:.4f}")
-    return out
+    stages = plan.stages
+    used = np.zeros((1, instance.num_domains), dtype=np.int64)
+    for stage in stages:
+        used[0, stage.domain] += plan.dp * stage.tp
+    return Facts(instance=instance, dp=np.array([plan.dp]),
+                 micro_batch=np.array([plan.micro_batch]),
+                 layers=np.array([[s.layers for s in stages]]),
+                 tp=np.array([[s.tp for s in stages]]),
+                 recompute=np.array([[RECOMPUTE_MODES.index(s.recompute) for s in stages]]),
+                 domain=np.array([[s.domain for s in stages]]),
+                 memory=np.array([memory]), usable_memory=cm.usable_memory, domain_gpus=used,
+                 occupancy=np.array([occupancy]).reshape(1, len(occupancy)),
+                 wan=np.array([[a.domain != z.domain for a, z in zip(stages, stages[1:],
+                                                                     strict=False)]],
+                              dtype=bool).reshape(1, len(occupancy)),
+                 period=np.array([period]), comm_cost=np.array([comm_cost]))

@@ -79,7 +79,7 @@ def feasible_sample(instance: Instance, count: int, seed: int,
         return []
     result = evaluate_plans(instance, drawn)
     out, seen = [], set()
-    for plan, ok in zip(drawn, result.feasible.tolist(), strict=True):
+    for plan, ok in zip(drawn, result.admissible.tolist(), strict=True):
         if ok and plan not in seen:
             seen.add(plan)
             out.append(plan)
@@ -147,7 +147,7 @@ def best_single_domain(instance: Instance) -> tuple[Plan | None, float]:
         if not plans:
             continue
         result = evaluate_plans(instance, plans)
-        times = np.where(result.feasible, result.step_time_s, np.inf)
+        times = np.where(result.admissible, result.step_time_s, np.inf)
         i = int(np.argmin(times))
         if times[i] < best_time:
             best, best_time = plans[i], float(times[i])

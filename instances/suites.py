@@ -127,9 +127,9 @@ def admission(instance: Instance, seed: int) -> dict | None:
     sample = [p for p in feasible_sample(instance, CROSS_DOMAIN_SAMPLE, seed, candidates=1500)
               if len(p.domains_used()) > 1] + chain_plans(instance)
     result = evaluate_plans(instance, sample)
-    if not result.feasible.any():
+    if not result.admissible.any():
         return None
-    cross = float(result.step_time_s[result.feasible].min())
+    cross = float(result.step_time_s[result.admissible].min())
     _, single = best_single_domain(instance)
     if single < MIN_SINGLE_DOMAIN_SLOWDOWN * cross:
         return None

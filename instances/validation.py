@@ -37,8 +37,8 @@ def compare_instance(instance: Instance, random_plans: int, chains: int,
     chain = chain_plans(instance)
     if chain:
         result = evaluate_plans(instance, chain)
-        order = np.argsort(np.where(result.feasible, result.step_time_s, np.inf))
-        plans += [chain[i] for i in order[:chains] if result.feasible[i]]
+        order = np.argsort(np.where(result.admissible, result.step_time_s, np.inf))
+        plans += [chain[i] for i in order[:chains] if result.admissible[i]]
     if not plans:
         return []
     result = evaluate_plans(instance, plans)

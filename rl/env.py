@@ -407,7 +407,7 @@ class PlanEnv(gym.Env):
         return value - penalty, {"plan": plan, "objectives": objectives[0].tolist(),
                                  "reward_terms": value, "constraints": excess.tolist(),
                                  "bucket": self.bucket,
-                                 "feasible": bool(result.feasible[0])}
+                                 "feasible": bool(result.admissible[0])}
 
     # -- masks and observations ---------------------------------------------------------
     def action_masks(self) -> np.ndarray:

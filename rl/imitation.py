@@ -199,7 +199,7 @@ def budget_tasks(result, settings: ImitationSettings,
                  rng: np.random.Generator) -> list[tuple[np.ndarray, Budgets]]:
     """Budgeted tasks of one state (module doc): GPU budgets at front GPU counts of the
     pooled plans, cost budgets at front points, all with preference (1, 0, 0)."""
-    feasible = np.flatnonzero(result.feasible)
+    feasible = np.flatnonzero(result.admissible)
     if not len(feasible):
         return []
     objectives = result.objectives[feasible]
@@ -222,7 +222,7 @@ def choices(instance: Instance, plans: list[Plan], result, weights: np.ndarray, 
     includes exceeding a soft constraint, or beyond ``limits``): the experts' plans, and the
     local optima reached from the ``polish`` best of them."""
     limits = np.full(3, np.inf) if limits is None else limits
-    within = result.feasible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
+    within = result.admissible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
     value = np.where(within, reward(result.objectives, weights, scale), -np.inf)
     polished = [local_search(instance, plans[i], weights, scale, limits=limits)
                 for i in np.argsort(-value, kind="stable")[:polish] if np.isfinite(value[i])]

@@ -85,7 +85,7 @@ def solve_table(suite: str, time_limit: float, engines: list[str], pair: str,
         start_plan = None
         if own:
             result = evaluate_plans(instance, own)
-            feasible = [(t, p) for t, ok, p in zip(result.step_time_s, result.feasible, own,
+            feasible = [(t, p) for t, ok, p in zip(result.step_time_s, result.admissible, own,
                                                      strict=True) if ok]
             start_plan = min(feasible, key=lambda x: x[0])[1] if feasible else None
         for name in engines:

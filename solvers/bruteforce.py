@@ -195,7 +195,7 @@ def brute_force_front(instance: Instance, limit: int = DEFAULT_LIMIT, *,
     for batch in enumerate_plans(instance, chunk):
         result = evaluate_batch(instance, batch)
         evaluated += len(batch)
-        rows = np.flatnonzero(result.feasible)
+        rows = np.flatnonzero(result.admissible)
         feasible += len(rows)
         if not len(rows):
             continue

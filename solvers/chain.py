@@ -128,7 +128,7 @@ class Chain:
         if over:
             return over
         if self.share is not None and \
-                not evaluate(t.instance, choices_plan(t, terms.choices)).feasible:
+                not evaluate(t.instance, choices_plan(t, terms.choices)).admissible:
             return []
         return None
 

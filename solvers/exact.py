@@ -146,7 +146,7 @@ def add_known(pool: PairPool, instance: Instance, plans: list[Plan]) -> None:
         return
     result = evaluate_plans(instance, plans)
     index = {(c.tables.dp, c.tables.micro_batch): c for c in pool.certifiers}
-    for plan, ok, row in zip(plans, result.feasible, result.objectives, strict=True):
+    for plan, ok, row in zip(plans, result.admissible, result.objectives, strict=True):
         certifier = index.get((plan.dp, plan.micro_batch))
         if ok and certifier is not None:
             certifier.known.add(plan, tuple(row))
@@ -323,7 +323,7 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
     proofs = [("optimal" if c.proven else "unproven", c.bound) for c in candidates]
     if not exact and seeds:
         result = evaluate_plans(instance, seeds)
-        ok = result.feasible
+        ok = result.admissible
         found = np.array([(c.values.step_time_s, c.values.gpus, c.values.comm_cost)
                           for c in candidates]).reshape(-1, 3)
         # Only seeds that can end up on the front are bounded (a floor costs a DP).
@@ -342,7 +342,7 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
                              proofs=proofs)
     if exact and seeds:
         result = evaluate_plans(instance, seeds)
-        beaten = dominated_by(front.objectives, result.objectives[result.feasible],
+        beaten = dominated_by(front.objectives, result.objectives[result.admissible],
                               rtol=TOLERANCE)
         if beaten.any():
             raise RuntimeError(f"{instance.name}: a seed plan dominates a certified point "

@@ -93,7 +93,7 @@ def local_search(instance: Instance, plan: Plan, weights, scale: RewardScale,
     limits = np.full(3, np.inf) if limits is None else np.asarray(limits, dtype=float)
 
     def allowed(result) -> np.ndarray:
-        return result.feasible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
+        return result.admissible & np.all(result.objectives <= limits * (1 + 1e-12), axis=1)
 
     start = evaluate_plans(instance, [plan])
     best = float(reward(start.objectives, weights, scale)[0]) if allowed(start)[0] \

@@ -73,7 +73,7 @@ def polish_layers(instance: Instance, batch: PlanBatch, rounds: int = POLISH_ROU
     if width < 2 or n == 0:
         return batch
     result = evaluate_batch(instance, batch)
-    best = np.where(result.feasible, result.step_time_s, np.inf)
+    best = np.where(result.admissible, result.step_time_s, np.inf)
     shifts = np.concatenate([CUT_SHIFTS, -CUT_SHIFTS])
     cut = np.arange(width - 1)
     active = np.arange(n)
@@ -100,7 +100,7 @@ def polish_layers(instance: Instance, batch: PlanBatch, rounds: int = POLISH_ROU
             batch.dp[rows_of], batch.micro_batch[rows_of], batch.domain[rows_of], flat[index],
             batch.tp[rows_of], batch.recompute[rows_of]))
         value = np.full(len(flat), np.inf)
-        value[index] = np.where(scored.feasible, scored.step_time_s, np.inf)
+        value[index] = np.where(scored.admissible, scored.step_time_s, np.inf)
         value = value.reshape(rows, -1)
         pick = np.argmin(value, axis=1)
         found = value[np.arange(rows), pick]
@@ -306,8 +306,8 @@ def descend(space: PlanEncoding, plans: list[Plan], expansions: int, near: float
                 near_plans[plan] = value
 
     start = evaluate_batch(instance, PlanBatch.from_plans(plans, space.max_stages))
-    merge([p for p, ok in zip(plans, start.feasible, strict=True) if ok],
-          start.objectives[start.feasible])
+    merge([p for p, ok in zip(plans, start.admissible, strict=True) if ok],
+          start.objectives[start.admissible])
     while stats.expansions < expansions:
         todo = [p for p in archive if p not in expanded]
         if not todo:  # the archive is a local optimum: go on from the plans near it
@@ -334,7 +334,7 @@ def descend(space: PlanEncoding, plans: list[Plan], expansions: int, near: float
             continue
         batch = polish_layers(instance, PlanBatch.from_plans(chosen, space.max_stages))
         result = evaluate_batch(instance, batch)
-        feasible = np.flatnonzero(result.feasible)
+        feasible = np.flatnonzero(result.admissible)
         merge([batch.plan(i) for i in feasible], result.objectives[feasible])
     return list(archive), np.array(list(archive.values())).reshape(-1, 3), stats
 

@@ -143,7 +143,7 @@ class PlanProblem(Problem):
         gpus = np.maximum(result.domain_gpus / np.maximum(self.free, 1) - 1, 0).max(axis=1)
         out["F"] = result.objectives
         out["G"] = (result.violation.sum(axis=1) + memory + gpus)[:, None]
-        feasible = np.flatnonzero(result.feasible)
+        feasible = np.flatnonzero(result.admissible)
         objectives = np.concatenate([self.archive_objectives, result.objectives[feasible]])
         keep = nondominated_mask(objectives)
         old = len(self.archive_objectives)

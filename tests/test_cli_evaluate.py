@@ -113,6 +113,36 @@ def test_plan_naming_an_unknown_domain(files: tuple[Path, Path],
                           "domain 'atlantis' is not a domain of the instance")
 
 
+def test_a_fraction_of_a_micro_batch_is_refused(files: tuple[Path, Path], generated: Instance,
+                                                write_json: Callable[[str, Any], Path]) -> None:
+    plan = json.loads(files[1].read_text())
+    batch = generated.training.global_batch
+    plan["dp"] = next(r for r in range(2, batch + 2) if batch % r)  # 16.5 micro-batches
+    plan["micro_batch"] = 1
+    path = write_json("plan.json", plan)
+    assert_one_line_error(run("formulation.evaluate", files[0], path),
+                          "micro-batches a step; a step holds whole micro-batches")
+
+
+def test_a_plan_outside_the_search_space_is_scored_with_a_warning(
+        files: tuple[Path, Path], write_json: Callable[[str, Any], Path]) -> None:
+    document = _instance_doc(files)
+    plan = json.loads(files[1].read_text())
+    document["search"]["max_stages"] = 1
+    document["search"]["dp"] = [d for d in document["search"]["dp"] if d != plan["dp"]]
+    path = write_json("narrow.json", document)
+    result = run("formulation.evaluate", path, files[1])
+    assert result.returncode == 0, result.stderr
+    output = json.loads(result.stdout)
+    assert output["feasible"] is True and output["within_search_space"] is False
+    assert {m["field"] for m in output["search_mismatches"]} >= {"dp"}
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == len(output["search_mismatches"])
+    assert all(line.startswith("warning: outside the instance's search space: ")
+               for line in warnings)
+    assert output["step_time_s"] == evaluate_ok(*files)["step_time_s"]
+
+
 @pytest.mark.parametrize("which", [0, 1], ids=["instance", "plan"])
 def test_missing_file(files: tuple[Path, Path], tmp_path: Path, which: int) -> None:
     args = list(files)

@@ -19,9 +19,11 @@ from formulation.evaluator import (
     evaluate_plans,
     robust_instance,
 )
+from formulation.feasibility import Kind, Violation
 from formulation.instance import RECOMPUTE_MODES, Constraints, Instance
 from formulation.plan import Plan, Stage
 from formulation.result import evaluate
+from formulation.schema import InputError
 from instances.sample import random_plan
 
 PROPERTY = settings(max_examples=50, deadline=None)
@@ -43,8 +45,8 @@ HAND_PLANS = {
 }
 
 
-def kinds(violations: list[str]) -> set[str]:
-    return {v.split(":")[0] for v in violations}
+def kinds(violations: list[Violation]) -> set[str]:
+    return {v.kind.value for v in violations}
 
 
 def one(instance: Instance, plan: Plan) -> BatchEvaluation:
@@ -148,6 +150,8 @@ def assert_single_matches_batch(instance: Instance, plans: list[Plan]) -> None:
         single, n = evaluate(instance, plan), plan.num_stages
         assert single.gpus == batch.gpus[i] == plan.gpus()
         assert single.feasible is bool(batch.feasible[i])
+        assert single.admissible is bool(batch.admissible[i])
+        assert (not single.mismatches) is (not batch.outside_search[i])
         assert kinds(single.violations) == {VIOLATIONS[v]
                                             for v in np.flatnonzero(batch.violation[i])}
         assert single.objectives == pytest.approx(
@@ -207,14 +211,12 @@ INFEASIBLE = {
                                               Stage(1, 12, 8, "selective"))),
     "memory": Plan(dp=1, micro_batch=4, stages=(Stage(0, 20, 1, "none"), Stage(0, 4, 1, "none"))),
     "tp": Plan(dp=1, micro_batch=1, stages=(Stage(0, 24, 16, "selective"),)),
-    "microbatch": Plan(dp=3, micro_batch=1, stages=(Stage(0, 12, 4, "selective"),
-                                                    Stage(2, 12, 4, "selective"))),
     "layers": Plan(dp=2, micro_batch=1, stages=(Stage(0, 12, 4, "selective"),
                                                 Stage(1, 11, 4, "selective"))),
 }
-# tp=16 is also outside the search space; dp=3 is outside it too.
-EXPECTED_KINDS = {"gpus": {"gpus"}, "memory": {"memory"}, "tp": {"tp", "search"},
-                  "microbatch": {"microbatch", "search"}, "layers": {"layers"}}
+EXPECTED_KINDS = {"gpus": {"gpus"}, "memory": {"memory"}, "tp": {"tp"}, "layers": {"layers"}}
+# tp=16 is also outside the search space: a mismatch, reported apart
+EXPECTED_MISMATCHES = {"gpus": set(), "memory": set(), "tp": {"tp"}, "layers": set()}
 
 
 def test_reference_plan_is_feasible(hand_instance: Instance) -> None:
@@ -229,18 +231,53 @@ def test_infeasible_plan_is_scored_with_named_violation(hand_instance: Instance,
     assert not result.feasible
     assert kinds(result.violations) == EXPECTED_KINDS[kind]
     assert np.isfinite(result.step_time_s) and result.step_time_s > 0
-    flags = one(hand_instance, INFEASIBLE[kind]).violation[0]
-    assert {VIOLATIONS[i] for i in np.flatnonzero(flags)} == EXPECTED_KINDS[kind]
+    assert {m.field for m in result.mismatches} == EXPECTED_MISMATCHES[kind]
+    row = one(hand_instance, INFEASIBLE[kind])
+    assert {VIOLATIONS[i] for i in np.flatnonzero(row.violation[0])} == EXPECTED_KINDS[kind]
+    assert bool(row.outside_search[0]) is bool(EXPECTED_MISMATCHES[kind])
+
+
+def test_a_plan_outside_the_search_space_is_scored_physically(hand_instance: Instance) -> None:
+    """Search-space mismatches are warnings: the plan is feasible, not admissible."""
+    space = hand_instance.search
+    narrow = hand_instance.replace(search=dataclasses.replace(
+        space, dp=(1,), tp=(1, 2), recompute=("full",), max_stages=1))
+    result = evaluate(narrow, FEASIBLE)
+    assert result.feasible and not result.admissible
+    assert [m.field for m in result.mismatches] == ["dp", "tp", "recompute", "tp",
+                                                    "recompute", "max_stages"]
+    assert str(result.mismatches[0]) == "search: dp=2 is not in the allowed [1]"
+    assert result.objectives == evaluate(hand_instance, FEASIBLE).objectives
+    row = one(narrow, FEASIBLE)
+    assert row.feasible[0] and row.outside_search[0] and not row.admissible[0]
+    document = result.to_dict()
+    assert document["feasible"] is True and document["within_search_space"] is False
+    assert document["search_mismatches"][0] == {"field": "dp",
+                                                "message": "dp=2 is not in the allowed [1]"}
+
+
+def test_a_fraction_of_a_micro_batch_is_refused(hand_instance: Instance) -> None:
+    """dp x micro_batch must divide the global batch: such a plan is not scored at all."""
+    plan = Plan(dp=3, micro_batch=1, stages=(Stage(0, 12, 4, "selective"),
+                                             Stage(2, 12, 4, "selective")))
+    with pytest.raises(InputError, match="does not divide training.global_batch"):
+        evaluate(hand_instance, plan)
+    with pytest.raises(InputError, match="PlanBatch row 1: dp x micro_batch = 3"):
+        evaluate_plans(hand_instance, [FEASIBLE, plan])
+    with pytest.raises(InputError, match="micro-batches a step"):
+        Plan.from_dict(plan.to_dict(), hand_instance)
+    assert Plan.from_dict(plan.to_dict()) == plan  # without an instance nothing to check
 
 
 def test_gpu_violation_names_the_domain(hand_instance: Instance) -> None:
-    (message,) = evaluate(hand_instance, INFEASIBLE["gpus"]).violations
-    assert message.startswith("gpus: domain 'beta' uses 32 GPUs > 16 free")
+    (violation,) = evaluate(hand_instance, INFEASIBLE["gpus"]).violations
+    assert violation.kind is Kind.GPUS
+    assert str(violation).startswith("gpus: domain 'beta' uses 32 GPUs > 16 free")
 
 
 def test_memory_violation_names_the_stage(hand_instance: Instance) -> None:
-    (message,) = evaluate(hand_instance, INFEASIBLE["memory"]).violations
-    assert message.startswith("memory: stage 0 (domain 'alpha')")
+    (violation,) = evaluate(hand_instance, INFEASIBLE["memory"]).violations
+    assert str(violation).startswith("memory: stage 0 (domain 'alpha')")
 
 
 @pytest.mark.parametrize(("constraints", "kind"), [
@@ -255,7 +292,7 @@ def test_optional_constraints(hand_instance: Instance, constraints: Constraints,
     assert result.feasible is (kind is None)
     assert kinds(result.violations) == ({kind} if kind else set())
     if kind == "wan_cap":
-        assert result.violations[0].startswith("wan_cap: link 'alpha'->'beta'")
+        assert str(result.violations[0]).startswith("wan_cap: link 'alpha'->'beta'")
 
 
 # -- properties ------------------------------------------------------------------------------

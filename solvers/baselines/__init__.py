@@ -51,9 +51,11 @@ def baseline_front(instance: Instance, method: str, command: str | None = None,
     infeasible = []
     for plan in decisions.plans:
         evaluation = evaluate_any(instance, plan)
-        if not evaluation.feasible:
+        if not evaluation.admissible:
             infeasible.append({"plan": plan.to_dict(instance),
-                               "violations": evaluation.violations})
+                               "violations": [v.to_dict() for v in evaluation.violations],
+                               "search_mismatches": [m.to_dict()
+                                                     for m in evaluation.mismatches]})
     front.provenance = {
         "command": command or f"solvers.baselines.baseline_front(method={method!r})",
         "method": method, "versions": versions(),

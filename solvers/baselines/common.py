@@ -127,7 +127,7 @@ def keep_feasible(instance: Instance, candidates: list[Plan],
     """The feasible candidates as decisions, or the roomiest attempt if none is feasible."""
     if not candidates:
         return Decisions([], 0, parameters or {})
-    ok = evaluate_plans(instance, candidates).feasible
+    ok = evaluate_plans(instance, candidates).admissible
     plans = [plan for plan, fits in zip(candidates, ok, strict=True) if fits]
     return Decisions(plans or [roomiest(candidates)], len(candidates), parameters or {})
 

@@ -35,7 +35,7 @@ def worker_options(instance: Instance, workers: int) -> tuple[dict[int, list[tup
     if candidates:
         result = evaluate_plans(inner, candidates)
         for plan, step, gpus, ok in zip(candidates, result.step_time_s, result.gpus,
-                                        result.feasible, strict=True):
+                                        result.admissible, strict=True):
             if ok:
                 options[plan.stages[0].domain].append((float(step), int(gpus), plan))
     for k in options:

@@ -121,7 +121,7 @@ def _evolve(config: _Configuration, settings: GaSettings, rng: np.random.Generat
         new = [g for g in dict.fromkeys(genomes) if g not in scored]
         if new:
             result = evaluate_plans(instance, [config.plan(g) for g in new])
-            for g, t, ok in zip(new, result.step_time_s, result.feasible, strict=True):
+            for g, t, ok in zip(new, result.step_time_s, result.admissible, strict=True):
                 scored[g] = float(t) if ok else float("inf")
         return np.array([scored[g] for g in genomes])
 

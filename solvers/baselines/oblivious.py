@@ -67,7 +67,7 @@ def oblivious(instance: Instance, tables: list[PairTables] | None = None) -> Dec
     if candidates is None:
         return Decisions([], 0, {"note": "no domain has room for one stage"})
     believed = evaluate_batch(flat_network(instance), candidates)
-    ok = np.flatnonzero(believed.feasible)
+    ok = np.flatnonzero(believed.admissible)
     if not len(ok):  # nothing fits even in its own view: deploy the roomiest attempt
         return Decisions([roomiest(candidates.to_plans())], len(candidates))
     view = np.stack([believed.step_time_s[ok], believed.gpus[ok].astype(float)], axis=1)
