@@ -345,7 +345,7 @@ class Instance:
         for k, name in enumerate(names):
             if names.index(name) != k:
                 raise InputError(f"domains[{k}].name {name!r} is used twice")
-        gpu = GpuSpec.from_dict(r.child("gpu"))
+        gpu = GpuSpec.from_dict(_preset_reader(r, "gpu"))
         search = SearchSpace.from_dict(r.child("search")) if r.has("search") else SearchSpace()
         constraints = (Constraints.from_dict(r.child("constraints"))
                        if r.has("constraints") else Constraints())
@@ -357,8 +357,9 @@ class Instance:
             description=r.string("description", ""),
             gpu=gpu,
             domains=domains,
-            links=Links.from_dict(r.child("links"), len(domains)),
-            model=ModelSpec.from_dict(r.child("model")),
+            links=(Links.from_dict(r.child("links"), len(domains))
+                   if len(domains) > 1 or r.has("links") else _no_links()),
+            model=ModelSpec.from_dict(_preset_reader(r, "model")),
             training=Training.from_dict(r.child("training")),
             search=search,
             constraints=constraints,
@@ -409,6 +410,37 @@ class Instance:
         from formulation.outputs import write_json
 
         write_json(Path(path), self.to_dict())
+
+
+def _no_links() -> Links:
+    """The links of a one-domain instance, which may leave them out: it has none."""
+    zero = np.zeros((1, 1))
+    return Links(bandwidth_gbps=zero, latency_ms=zero, price_per_gb=zero)
+
+
+def _preset_reader(r: Reader, key: str) -> Reader:
+    """The reader of ``gpu`` or ``model``: an object stating every field, a preset's name
+    (``"gpu": "H100-80GB"``, ``"model": "gpt3-175b"``: :mod:`formulation.presets`), or an
+    object naming a preset and overriding some of its fields
+    (``{"preset": "llama2-70b", "seq_len": 8192}``)."""
+    from formulation import presets  # the presets are built from this module's types
+
+    lookup = presets.gpu_preset if key == "gpu" else presets.model_preset
+    value, where = r.raw(key), r.path_of(key)
+    if isinstance(value, str):
+        name, overrides = value, {}
+    elif isinstance(value, dict) and "preset" in value:
+        name, overrides = value["preset"], {k: v for k, v in value.items() if k != "preset"}
+        where += ".preset"
+        if not isinstance(name, str):
+            raise InputError(f"{where} must be a preset's name (a string)")
+    else:
+        return Reader(value, r.path_of(key))
+    try:
+        spec = lookup(name)
+    except KeyError as err:
+        raise InputError(f"{where}: {err.args[0]}") from None
+    return Reader({**dataclasses.asdict(spec), **overrides}, r.path_of(key))
 
 
 def _check_search_space(instance: Instance) -> None:

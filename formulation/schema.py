@@ -148,7 +148,7 @@ class Reader:
         self.path = path
         self.seen: set[str] = set()
 
-    def _field(self, key: str) -> str:
+    def path_of(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
     def has(self, key: str) -> bool:
@@ -158,21 +158,21 @@ class Reader:
         self.seen.add(key)
         if key not in self.value:
             if default is ...:
-                raise InputError(f"{self._field(key)} is missing")
+                raise InputError(f"{self.path_of(key)} is missing")
             return default
         return self.value[key]
 
     def child(self, key: str) -> Reader:
-        return Reader(self.raw(key), self._field(key))
+        return Reader(self.raw(key), self.path_of(key))
 
     def string(self, key: str, default: Any = ..., choices: tuple[str, ...] | None = None) -> str:
         value = self.raw(key, default)
         if value is default and default is not ...:
             return value
         if not isinstance(value, str):
-            raise InputError(f"{self._field(key)} must be a string, got {_kind(value)}")
+            raise InputError(f"{self.path_of(key)} must be a string, got {_kind(value)}")
         if choices is not None and value not in choices:
-            raise InputError(f"{self._field(key)} must be one of {list(choices)}, got {value!r}")
+            raise InputError(f"{self.path_of(key)} must be one of {list(choices)}, got {value!r}")
         return value
 
     def name(self, key: str) -> str:
@@ -180,11 +180,11 @@ class Reader:
         any script, no control characters (a name appears in one-line messages)."""
         value = self.string(key)
         if not 1 <= len(value) <= MAX_NAME:
-            raise InputError(f"{self._field(key)} must have 1 to {MAX_NAME} characters, got "
+            raise InputError(f"{self.path_of(key)} must have 1 to {MAX_NAME} characters, got "
                              f"{len(value)}")
         bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
         if bad is not None:
-            raise InputError(f"{self._field(key)} holds the control character {bad!r}")
+            raise InputError(f"{self.path_of(key)} holds the control character {bad!r}")
         return value
 
     def number(self, key: str, default: Any = ..., *, low: float | None = None,
@@ -192,19 +192,19 @@ class Reader:
         value = self.raw(key, default)
         if value is default and default is not ...:
             return value
-        return check_number(value, self._field(key), low=low, high=high, low_open=low_open)
+        return check_number(value, self.path_of(key), low=low, high=high, low_open=low_open)
 
     def integer(self, key: str, default: Any = ..., *, low: int | None = None,
                 high: int | None = None) -> int:
         value = self.raw(key, default)
         if value is default and default is not ...:
             return value
-        return check_integer(value, self._field(key), low=low, high=high)
+        return check_integer(value, self.path_of(key), low=low, high=high)
 
     def boolean(self, key: str, default: Any = ...) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise InputError(f"{self._field(key)} must be true or false, got {_kind(value)}")
+            raise InputError(f"{self.path_of(key)} must be true or false, got {_kind(value)}")
         return value
 
     def items(self, key: str, check: Callable[[Any, str], Any], default: Any = ...,
@@ -212,7 +212,7 @@ class Reader:
         value = self.raw(key, default)
         if value is default and default is not ...:
             return value
-        field = self._field(key)
+        field = self.path_of(key)
         if not isinstance(value, list):
             raise InputError(f"{field} must be a list, got {_kind(value)}")
         if len(value) < min_len:
@@ -225,7 +225,7 @@ class Reader:
     def finish(self) -> None:
         unknown = sorted(set(self.value) - self.seen)
         if unknown:
-            raise InputError(f"{self._field(unknown[0])} is not a known field")
+            raise InputError(f"{self.path_of(unknown[0])} is not a known field")
 
 
 def _kind(value: Any) -> str:

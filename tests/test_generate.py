@@ -69,7 +69,7 @@ def test_trace_leaves_the_static_part_unchanged() -> None:
         assert static[key] == dynamic[key], key
 
 
-@pytest.mark.parametrize("domains", ["4", "21"])
+@pytest.mark.parametrize("domains", ["0", "21"])
 def test_domain_count_out_of_range_is_rejected(tmp_path: Path, domains: str) -> None:
     done = run_cli("--domains", domains, "--model", "7b", "--seed", "1",
                    "--out", str(tmp_path / "x.json"))
@@ -78,12 +78,25 @@ def test_domain_count_out_of_range_is_rejected(tmp_path: Path, domains: str) -> 
     assert "Traceback" not in done.stderr and not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("domains", [1, 2])
+def test_one_cluster_of_a_given_size(tmp_path: Path, domains: int) -> None:
+    """``--domains 1 --domain-gpus N``: one cluster of exactly N GPUs, all free, no links."""
+    out = tmp_path / "cluster.json"
+    done = run_cli("--domains", str(domains), "--model", "175b", "--seed", "1",
+                   "--domain-gpus", "1020", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    instance = Instance.load(out)
+    assert instance.num_domains == domains
+    assert all(d.gpus == d.free_gpus == 1020 for d in instance.domains)  # not rounded to nodes
+    assert instance.links.bandwidth_gbps.shape == (domains, domains)
+
+
 def test_aws10_rejects_more_than_ten_domains(tmp_path: Path) -> None:
     done = run_cli("--domains", "11", "--model", "7b", "--seed", "1", "--topology", "aws-10",
                    "--out", str(tmp_path / "x.json"))
     assert done.returncode == 2
     assert done.stderr.strip() == ("error: aws-10 has 10 regions; "
-                                   "--domains must be 5..10 for this topology")
+                                   "--domains must be 1..10 for this topology")
 
 
 def test_unknown_model_exits_2(tmp_path: Path) -> None:
@@ -95,7 +108,7 @@ def test_unknown_model_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kwargs", [dict(topology="mesh"), dict(gpu="V100"),
                                     dict(global_batch=0), dict(seed=-1),
-                                    dict(gpu_range=(64, 8))])
+                                    dict(gpu_range=(64, 8)), dict(domain_gpus=0)])
 def test_bad_arguments_raise_input_error(kwargs: dict) -> None:
     arguments = {"domains": 6, "model": "7b", "seed": 1, **kwargs}
     with pytest.raises(InputError):

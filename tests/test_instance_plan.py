@@ -229,6 +229,43 @@ def test_gpt_family_matches_sc21_table1(row) -> None:
     assert abs(model.total_params / 1e9 - row.params_b) <= 0.03 * row.params_b + 0.05
 
 
+def test_presets_by_name_in_instance_json(doc: dict[str, Any]) -> None:
+    """``"gpu": "H100-80GB"`` and ``"model": "gpt3-175b"`` read as the presets; an object with
+    ``preset`` overrides some fields; what is written back states every field."""
+    doc["gpu"], doc["model"] = "h100-80gb", "175b"
+    instance = Instance.from_dict(doc)
+    assert instance.gpu == GPUS["H100-80GB"] and instance.model == MODELS["gpt3-175b"]
+    assert Instance.from_dict(instance.to_dict()).content_hash() == instance.content_hash()
+    doc["model"] = {"preset": "llama2-70b", "seq_len": 8192}
+    doc["gpu"] = {"preset": "A100-80GB", "nic_gbps": 100}
+    instance = Instance.from_dict(doc)
+    assert instance.model.seq_len == 8192 and instance.model.layers == 80
+    assert instance.gpu.nic_gbps == 100 and instance.gpu.peak_tflops == 312.0
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("TPU-v5", "gpu: unknown GPU 'TPU-v5'; known: A100-80GB"),
+    ({"preset": "TPU-v5"}, "gpu.preset: unknown GPU 'TPU-v5'"),
+    ({"preset": 3}, "gpu.preset must be a preset's name"),
+    ({"preset": "H100-80GB", "hbm_gb": -1}, "gpu.hbm_gb must be >= 0.001"),
+    ({"preset": "H100-80GB", "colour": "green"}, "gpu.colour is not a known field"),
+    (7, "gpu must be an object, got a number"),
+])
+def test_bad_presets_name_the_field(doc: dict[str, Any], value: Any, message: str) -> None:
+    doc["gpu"] = value
+    rejects(doc, message)
+
+
+def test_one_domain_instance_needs_no_links(doc: dict[str, Any]) -> None:
+    """A single cluster: one domain, the links section may be left out."""
+    doc["domains"] = doc["domains"][:1]
+    del doc["links"], doc["trace"]
+    instance = Instance.from_dict(doc)
+    assert instance.num_domains == 1 and instance.links.bandwidth_gbps.shape == (1, 1)
+    del doc["domains"][0]
+    rejects(doc, "domains must have at least 1")
+
+
 def test_unknown_preset_lists_the_known_ones() -> None:
     with pytest.raises(KeyError, match="llama2-7b"):
         model_preset("gpt-5")
