@@ -24,6 +24,14 @@ import numpy as np
 from formulation.instance import Instance
 
 BYTES_PER_VALUE = 2  # bf16 activations, gradients and weights
+# FlashAttention (Dao et al. 2022; FlashAttention-2, Dao 2023). Its backward pass runs five
+# matrix products where the forward runs two (it recomputes the scores instead of storing
+# them): 2.5 times the forward's work, against the 2 of every other operator. With the causal
+# mask of a decoder it skips the blocks above the diagonal: FlashAttention-2 (section 3.1.1)
+# reports 1.7-1.8x the speed of the unmasked kernel, so a causal call takes 0.57 of its time.
+FLASH_BACKWARD_WORK = 2.5
+FLASH_CAUSAL_TIME_SHARE = 0.57
+LSE_BYTES = 4  # FlashAttention keeps one fp32 log-sum-exp per head and token for the backward
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 GB = 1e9
 
@@ -116,20 +124,40 @@ class CostModel:
         return bytes_moved / self.hbm_bw
 
     def tp_allreduce_time(self, b: int, t: int) -> float:
-        """One all-reduce of a (b, s, h) bf16 activation among t GPUs over NVLink."""
+        """One all-reduce of a (b, s, h) bf16 activation among t GPUs over NVLink (with
+        sequence parallelism a reduce-scatter and an all-gather, the same bytes), less the
+        share ``training.tp_overlap`` hidden behind the GEMMs it feeds."""
         if t == 1:
             return 0.0
         size = b * self.instance.model.seq_len * self.instance.model.hidden * BYTES_PER_VALUE
-        return (2 * (t - 1) / t * size / self.nvlink_bw
-                + 2 * (t - 1) * self.eff.collective_step_latency_s)
+        return (1 - self.instance.training.tp_overlap) * (
+            2 * (t - 1) / t * size / self.nvlink_bw
+            + 2 * (t - 1) * self.eff.collective_step_latency_s)
 
     # -- one transformer layer, one micro-batch, per GPU of a t-way shard ------------------
+    @property
+    def flash(self) -> bool:
+        return self.instance.training.attention == "flash"
+
+    def matmul_compute_time(self, m: float, k: float, n: float, count: float = 1.0) -> float:
+        """The compute side of :meth:`matmul_time` alone: a fused kernel whose operands and
+        result stay on chip."""
+        eta = self.eff.matmul_eta_max * self._sat(m) * self._sat(k) * self._sat(n)
+        return 2.0 * m * k * n * count / (self.peak * eta)
+
     @_cached
     def attention_core_time(self, b: int, t: int) -> float:
-        """Forward of scores, softmax and attention-times-V: what selective recompute redoes."""
+        """Forward of scores, softmax and attention-times-V: what selective recompute redoes.
+
+        ``eager``: two batched GEMMs that write and read the s x s scores, and a softmax that
+        streams them through HBM. ``flash``: the same two products at the GEMM roofline's
+        shape efficiency, without any s^2 HBM traffic, on the causal share of the blocks."""
         model = self.instance.model
         s, d = model.seq_len, model.head_dim
         heads = b * model.heads / t
+        if self.flash:
+            return FLASH_CAUSAL_TIME_SHARE * (self.matmul_compute_time(s, d, s, heads)
+                                              + self.matmul_compute_time(s, s, d, heads))
         scores = self.matmul_time(s, d, s, heads)
         softmax = self.stream_time(heads * s * s * self.eff.softmax_bytes_per_score)
         context = self.matmul_time(s, s, d, heads)
@@ -153,9 +181,12 @@ class CostModel:
 
     @_cached
     def layer_backward_time(self, b: int, t: int, recompute: str) -> float:
-        """Backward (2x the forward work, two all-reduces) plus the recomputed forward part."""
+        """Backward (2x the forward work, 2.5x for FlashAttention's core, two all-reduces) plus
+        the recomputed forward part."""
         forward_work = self.layer_forward_time(b, t) - 2 * self.tp_allreduce_time(b, t)
-        backward = 2 * forward_work + 2 * self.tp_allreduce_time(b, t)
+        core_work = (FLASH_BACKWARD_WORK - 2) * self.attention_core_time(b, t) if self.flash \
+            else 0.0
+        backward = 2 * forward_work + core_work + 2 * self.tp_allreduce_time(b, t)
         if recompute == "full":
             backward += self.layer_forward_time(b, t)
         elif recompute == "selective":
@@ -222,9 +253,13 @@ class CostModel:
     def layer_activation_bytes(self, b: int, t: int, recompute: str) -> float:
         """Activations one layer keeps per in-flight micro-batch (Korthikanti et al. 2022).
 
-        ``s b h (34/t + 5 a s/(h t))`` for a GPT layer without recompute, ``34 s b h / t``
-        with selective and ``2 s b h / t`` with full recompute. Generalised here to grouped
-        KV heads and gated MLPs; equal to the SPEC formulas for GPT shapes.
+        ``eager``: ``s b h (34/t + 5 a s/(h t))`` for a GPT layer without recompute,
+        ``34 s b h / t`` with selective and ``2 s b h / t`` with full recompute. Generalised
+        here to grouped KV heads and gated MLPs; equal to the SPEC formulas for GPT shapes.
+        ``flash``: the ``5 a s^2 b`` of scores, softmax and dropout mask are never stored;
+        the kernel keeps one fp32 log-sum-exp per head and token instead. Selective recompute
+        (of the attention core) then drops the core's output (``2 s b h``) and those
+        statistics, rebuilt in the backward.
         """
         model = self.instance.model
         s, h = model.seq_len, model.hidden
@@ -233,18 +268,31 @@ class CostModel:
         mlp = (6 if model.gated_mlp else 4) * model.ffn
         per_token = 14 * h + 4 * model.kv_hidden + mlp
         stored = s * b * per_token / t
+        if self.flash:
+            statistics = LSE_BYTES * model.heads * s * b / t
+            return stored + statistics if recompute == "none" \
+                else stored - BYTES_PER_VALUE * s * b * h / t
         if recompute == "none":
             stored += 5.0 * model.heads * s * s * b / t
         return stored
 
-    def recompute_workspace_bytes(self, b: int, t: int, recompute: str) -> float:
-        """Activations rebuilt during the backward of one layer (live only while it runs)."""
+    def workspace_bytes(self, b: int, t: int, recompute: str) -> float:
+        """Transient bytes while one layer runs its backward: the activations recompute
+        rebuilds, and under ZeRO-3 the gathered weights of the running layer and of the one
+        prefetched (bf16)."""
+        model = self.instance.model
+        gathered = (2 * BYTES_PER_VALUE * self.layer_params / t
+                    if self.instance.training.zero_stage == 3 else 0.0)
         if recompute == "full":
-            return self.layer_activation_bytes(b, t, "none")
+            return self.layer_activation_bytes(b, t, "none") + gathered
         if recompute == "selective":
-            model = self.instance.model
-            return 5.0 * model.heads * model.seq_len ** 2 * b / t
-        return 0.0
+            if self.flash:
+                rebuilt = (BYTES_PER_VALUE * model.hidden + LSE_BYTES * model.heads) \
+                    * model.seq_len * b / t
+            else:
+                rebuilt = 5.0 * model.heads * model.seq_len ** 2 * b / t
+            return rebuilt + gathered
+        return gathered
 
     def logits_bytes(self, b: int, t: int) -> float:
         """bf16 logits and fp32 softmax of the last stage."""
@@ -252,10 +300,12 @@ class CostModel:
         return 6.0 * b * model.seq_len * model.vocab / t
 
     def state_bytes_per_param(self, t, dp):
-        """Model states per parameter per GPU: bf16 weights and grads (4 bytes) plus fp32
-        master, m and v (12 bytes), the latter divided by dp under ZeRO-1. Array-friendly."""
-        shards = dp if self.instance.training.zero_stage == 1 else 1
-        return (4.0 + 12.0 / shards) / t
+        """Model states per parameter per GPU (ZeRO, Rajbhandari et al. 2020): bf16 weights
+        (2 bytes) and gradients (2) and fp32 master, m and v (12); ZeRO-1 divides the 12 by
+        dp, ZeRO-2 also the gradients, ZeRO-3 everything. Array-friendly."""
+        stage = self.instance.training.zero_stage
+        sharded = (0.0, 12.0, 14.0, 16.0)[stage]
+        return ((16.0 - sharded) + sharded / dp) / t
 
     def edge_params(self, first, last):
         """Parameters of the embedding / LM head carried by a stage. Array-friendly."""
@@ -334,20 +384,27 @@ class CostModel:
         return self.boundary_traffic_gb(k_from, k_to, b, dp, m) * self.boundary_price(k_from, k_to)
 
     # -- data-parallel all-reduce and optimizer ---------------------------------------------
-    def allreduce_coefficients(self, domain, t, dp):
-        """(seconds per parameter, fixed seconds) of a stage's gradient all-reduce: a ring
-        over its dp replicas inside the domain moving ``2 (r-1)/r * 2 params / t`` bytes, plus
-        ``2 (r-1)`` latency steps. The ring runs on NVLink when all replicas fit in one node,
-        else on min(domain, NIC) bandwidth. Array-friendly."""
+    def allreduce_coefficients(self, domain, t, dp, micro_batches=1):
+        """(seconds per parameter, fixed seconds) of a stage's data-parallel communication in
+        one step, a ring over its dp replicas inside the domain. ZeRO 0-2: the gradient
+        all-reduce (or reduce-scatter and all-gather, the same bytes), ``2 (r-1)/r`` of the
+        stage's bf16 gradients and ``2 (r-1)`` latency steps. ZeRO-3 gathers the weights
+        before each micro-batch's forward and backward and reduce-scatters its gradients:
+        ``3 m (r-1)/r`` and ``3 m (r-1)`` steps. Less the share ``training.dp_overlap``
+        hidden behind the backward. The ring runs on NVLink when all replicas fit in one
+        node, else on min(domain, NIC) bandwidth. Array-friendly."""
         network = (np.minimum(self.intra_bandwidth[domain], self.instance.gpu.nic_gbps * GBIT)
                    * self.eff.collective_efficiency)
         bandwidth = np.where(dp * t <= self.instance.gpu.gpus_per_node, self.nvlink_bw, network)
-        per_param = 2 * (dp - 1) / dp * BYTES_PER_VALUE / t / bandwidth
-        return per_param, 2 * (dp - 1) * self.intra_latency[domain]
+        passes = 3 * micro_batches / 2 if self.instance.training.zero_stage == 3 else 1.0
+        exposed = (1 - self.instance.training.dp_overlap) * passes
+        per_param = exposed * 2 * (dp - 1) / dp * BYTES_PER_VALUE / t / bandwidth
+        return per_param, exposed * 2 * (dp - 1) * self.intra_latency[domain]
 
-    def allreduce_time(self, domain, params, t, dp):
-        """Seconds of a stage's gradient all-reduce (affine in its parameters). Array-friendly."""
-        per_param, fixed = self.allreduce_coefficients(domain, t, dp)
+    def allreduce_time(self, domain, params, t, dp, micro_batches=1):
+        """Seconds of a stage's data-parallel communication in one step (affine in its
+        parameters). Array-friendly."""
+        per_param, fixed = self.allreduce_coefficients(domain, t, dp, micro_batches)
         return per_param * params + fixed
 
     # -- scalar, memoised forms for the single-plan evaluator -----------------------------
@@ -360,7 +417,7 @@ class CostModel:
         and sequence)."""
         return (self.layer_compute_time(b, t, recompute), self.edge_compute_time(b, t, first, last),
                 self.state_bytes_per_param(t, dp), self.layer_activation_bytes(b, t, recompute),
-                self.recompute_workspace_bytes(b, t, recompute), self.logits_bytes(b, t),
+                self.workspace_bytes(b, t, recompute), self.logits_bytes(b, t),
                 self.edge_params(first, last), self.recompute_flops_per_layer(1, recompute))
 
     @_cached
@@ -372,10 +429,11 @@ class CostModel:
                 float(self.boundary_price(k_from, k_to)) if k_from != k_to else 0.0)
 
     @_cached
-    def allreduce_seconds(self, domain: int, params: int, t: int, dp: int) -> float:
-        return float(self.allreduce_time(domain, params, t, dp))
+    def allreduce_seconds(self, domain: int, params: int, t: int, dp: int,
+                          micro_batches: float) -> float:
+        return float(self.allreduce_time(domain, params, t, dp, micro_batches))
 
     def optimizer_time(self, params, t, dp):
-        """Adam step on a GPU's shard (ZeRO-1 shards it over dp). Array-friendly."""
-        shards = dp if self.instance.training.zero_stage == 1 else 1
+        """Adam step on a GPU's shard (ZeRO 1-3 shard it over dp). Array-friendly."""
+        shards = dp if self.instance.training.zero_stage >= 1 else 1
         return params * self.eff.optimizer_bytes_per_param / (t * shards) / self.hbm_bw

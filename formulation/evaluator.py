@@ -108,7 +108,7 @@ def _layer_tables(cm: CostModel, b: np.ndarray, t: np.ndarray, rc: np.ndarray) -
         ub, ut, urc = code // 4 // 4096, code // 4 % 4096, RECOMPUTE_MODES[code % 4]
         columns["compute"][i] = cm.layer_compute_time(ub, ut, urc)
         columns["activation"][i] = cm.layer_activation_bytes(ub, ut, urc)
-        columns["workspace"][i] = cm.recompute_workspace_bytes(ub, ut, urc)
+        columns["workspace"][i] = cm.workspace_bytes(ub, ut, urc)
         columns["edge_first"][i] = cm.edge_compute_time(ub, ut, True, False)
         columns["edge_last"][i] = cm.edge_compute_time(ub, ut, False, True)
         columns["logits"][i] = cm.logits_bytes(ub, ut)
@@ -208,7 +208,7 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
         layers, in_flight, cm.state_bytes_per_param(t, dp), table["activation"],
         table["workspace"], table["logits"], first, last), 0.0)
     params = layers * cm.layer_params + cm.edge_params(first, last)
-    allreduce = np.where(real, cm.allreduce_time(domain, params, t, dp), 0.0)
+    allreduce = np.where(real, cm.allreduce_time(domain, params, t, dp, m[:, None]), 0.0)
     optimizer = np.where(real, cm.optimizer_time(params, t, dp), 0.0)
 
     # Boundary j joins front stages j and j+1.

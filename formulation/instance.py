@@ -209,15 +209,38 @@ class Links:
                 "price_per_gb": self.price_per_gb.tolist(), "eps": self.eps}
 
 
+ATTENTION_KERNELS = ("eager", "flash")
+# Training fields added after instances were first hashed (Instance.content_hash): the hash
+# leaves them out while they keep their defaults, so that a front computed before they
+# existed still matches its instance, which states the same as it did then.
+LATER_TRAINING_FIELDS = ("attention", "tp_overlap", "dp_overlap")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
 @dataclass(frozen=True)
 class Training:
+    """How the run trains: batch, optimizer state sharding, kernels and overlap.
+
+    ``attention``: ``eager`` materialises the s x s scores (memory and HBM traffic grow with
+    s^2; the kernels of Megatron-LM SC'21), ``flash`` is a fused kernel that keeps them on
+    chip (FlashAttention, Dao et al. 2022; FlashAttention-2, Dao 2023): see
+    :mod:`formulation.costmodel`. ``zero_stage``: ZeRO (Rajbhandari et al. 2020) shards the
+    optimizer states (1), also the gradients (2), also the weights (3, FSDP-style) over the dp
+    replicas of a stage. ``tp_overlap`` and ``dp_overlap``: the share of the tensor-parallel
+    collectives hidden behind the GEMMs they feed, and of the data-parallel gradient
+    collectives (ZeRO-3: also its parameter gathers) hidden behind the backward pass.
+    """
+
     global_batch: int  # sequences per optimizer step (G)
     steps: int = 10_000  # optimizer steps of the whole run
     precision: str = "bf16"
     optimizer: str = "adam"  # mixed-precision Adam: 16 bytes of model state per parameter
-    zero_stage: int = 1  # 0: replicate optimizer states; 1: shard them over dp (ZeRO-1)
+    zero_stage: int = 1  # 0 replicate, 1 shard optimizer states, 2 + gradients, 3 + weights
     memory_margin: float = 0.1  # share of HBM kept free as safety margin
     gpu_hour_usd: float = 2.0  # price of one GPU-hour, for the whole-run cost
+    attention: str = "eager"  # attention kernel: "eager" or "flash"
+    tp_overlap: float = 0.0  # share of tensor-parallel communication hidden by compute
+    dp_overlap: float = 0.0  # share of data-parallel communication hidden by the backward
 
     @staticmethod
     def from_dict(r: Reader) -> Training:
@@ -226,9 +249,12 @@ class Training:
             steps=r.integer("steps", 10_000, low=1, high=10**12),
             precision=r.string("precision", "bf16", choices=("bf16", "fp16")),
             optimizer=r.string("optimizer", "adam", choices=("adam",)),
-            zero_stage=r.integer("zero_stage", 1, low=0, high=1),
+            zero_stage=r.integer("zero_stage", 1, low=0, high=3),
             memory_margin=r.number("memory_margin", 0.1, low=0, high=0.9),
             gpu_hour_usd=r.number("gpu_hour_usd", 2.0, low=0, high=1e4),
+            attention=r.string("attention", "eager", choices=ATTENTION_KERNELS),
+            tp_overlap=r.number("tp_overlap", 0.0, low=0, high=1),
+            dp_overlap=r.number("dp_overlap", 0.0, low=0, high=1),
         )
         r.finish()
         return training
@@ -395,6 +421,9 @@ class Instance:
         of the instance it was computed for (:class:`solvers.front.Front`)."""
         document = self.to_dict()
         document.pop("description")
+        for key in LATER_TRAINING_FIELDS:  # see LATER_TRAINING_FIELDS
+            if document["training"][key] == Training.__dataclass_fields__[key].default:
+                del document["training"][key]
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -133,7 +133,7 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         memory.append(cm.stage_memory_bytes(stage.layers, in_flight[-1], state, activation,
                                             workspace, logits, j == 0, j == count - 1))
         params = stage.layers * cm.layer_params + edge_params
-        allreduce.append(cm.allreduce_seconds(stage.domain, params, stage.tp, dp))
+        allreduce.append(cm.allreduce_seconds(stage.domain, params, stage.tp, dp, m))
         optimizer.append(cm.optimizer_time(params, stage.tp, dp))
         recompute_flops += stage.layers * layer_recompute_flops
     boundaries = [cm.boundary_terms(a.domain, z.domain, b, dp)

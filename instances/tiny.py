@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from formulation.instance import Constraints, Instance, Links, SearchSpace
+from formulation.instance import Constraints, Instance, Links, SearchSpace, Training
 from formulation.schema import InputError
 from instances.generate import generate_instance
 
@@ -118,6 +118,17 @@ AUDIT_PLAN_LIMIT = 250_000  # plans brute force enumerates per audit instance, a
 AUDIT_MIN_PLANS = 200
 
 
+def training_variant(rng: np.random.Generator, training: Training) -> Training:
+    """A training configuration drawn for an audit: the ZeRO stage (0-3), the attention kernel
+    and the overlap of tensor- and data-parallel communication (none or half), each the
+    default's in about half of the draws."""
+    return dataclasses.replace(
+        training, zero_stage=int(rng.choice([training.zero_stage, 0, 2, 3])),
+        attention=str(rng.choice([training.attention, "eager", "flash"])),
+        tp_overlap=float(rng.choice([training.tp_overlap, 0.5])),
+        dp_overlap=float(rng.choice([training.dp_overlap, 0.5])))
+
+
 def audit_instance(rng: np.random.Generator, plan_limit: int = AUDIT_PLAN_LIMIT) -> Instance:
     """A random tiny instance for auditing the exact engines, drawn from ``rng``.
 
@@ -132,7 +143,8 @@ def audit_instance(rng: np.random.Generator, plan_limit: int = AUDIT_PLAN_LIMIT)
       points; else room for one to four, or the generator's;
     - asymmetric links (half of them);
     - a traffic-cost budget (with dp = 2 in the space, near the median WAN boundary cost of
-      a dp = 2 pipeline, so that it binds) or a WAN share cap, or neither.
+      a dp = 2 pipeline, so that it binds) or a WAN share cap, or neither;
+    - the training configuration (:func:`training_variant`).
 
     Redrawn until brute force has between ``AUDIT_MIN_PLANS`` and ``plan_limit`` plans.
     """
@@ -182,5 +194,7 @@ def audit_instance(rng: np.random.Generator, plan_limit: int = AUDIT_PLAN_LIMIT)
         elif constraint == "share":
             instance = instance.replace(constraints=Constraints(
                 wan_share_cap=float(rng.uniform(0.1, 0.6))))
+        instance = instance.replace(training=training_variant(
+            np.random.default_rng(seed), instance.training))
         if AUDIT_MIN_PLANS <= count_plans(instance) <= plan_limit:
             return instance

@@ -60,6 +60,10 @@ def variant(instance: Instance) -> str:
         parts.append(f"budget={c.cost_budget:.3g}")
     if c.wan_share_cap is not None:
         parts.append(f"share={c.wan_share_cap:.2f}")
+    training = instance.training
+    parts.append(f"Z{training.zero_stage} {training.attention}")
+    if training.tp_overlap or training.dp_overlap:
+        parts.append(f"ov{training.tp_overlap:g}/{training.dp_overlap:g}")
     return " ".join(parts)
 
 

@@ -96,14 +96,14 @@ def pair_tables(instance: Instance, dp: int, micro_batch: int) -> PairTables | N
                                           cm.layer_activation_bytes(b, t, rc), 0, 0, 0, 0)
         for first, caps in ((0, layer_cap), (1, layer_cap_first)):
             fixed = cm.stage_memory_bytes(0, in_flight, state, 0.0,
-                                          cm.recompute_workspace_bytes(b, t, rc),
+                                          cm.workspace_bytes(b, t, rc),
                                           cm.logits_bytes(b, t), first, last)
             room = (cm.usable_memory - fixed) / per_layer
             caps[:, o] = np.maximum(0, np.minimum(model.layers,
                                                   np.floor(room * (1 + 1e-12))))
 
     k = np.arange(instance.num_domains)
-    per_param, fixed = cm.allreduce_coefficients(k[:, None], tp[None, :], dp)  # (K, O)
+    per_param, fixed = cm.allreduce_coefficients(k[:, None], tp[None, :], dp, m)  # (K, O)
     return PairTables(
         instance=instance, dp=dp, micro_batch=micro_batch, micro_batches=m, positions=positions,
         options=options, layers=model.layers, gpus=dp * tp, layer_time=layer_time,

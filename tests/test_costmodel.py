@@ -29,8 +29,12 @@ def shape(hand_instance: Instance) -> tuple[int, int, int, int, int, int]:
 
 
 def with_zero_stage(instance: Instance, stage: int) -> CostModel:
+    return with_training(instance, zero_stage=stage)
+
+
+def with_training(instance: Instance, **changes) -> CostModel:
     return CostModel(instance.replace(
-        training=dataclasses.replace(instance.training, zero_stage=stage)))
+        training=dataclasses.replace(instance.training, **changes)))
 
 
 # -- FLOPs ---------------------------------------------------------------------------------
@@ -77,6 +81,62 @@ def test_state_bytes_per_param(hand_instance: Instance, t: int, dp: int) -> None
     assert with_zero_stage(hand_instance, 1).state_bytes_per_param(t, dp) == exact(
         (4 + 12 / dp) / t)
     assert with_zero_stage(hand_instance, 0).state_bytes_per_param(t, dp) == exact(16 / t)
+
+
+@pytest.mark.parametrize(("t", "dp"), [(1, 1), (2, 4), (8, 8), (4, 3)])
+def test_state_bytes_per_param_zero_2_and_3(hand_instance: Instance, t: int, dp: int) -> None:
+    """ZeRO-2 shards the bf16 gradients too (Rajbhandari et al. 2020: 2 + 14 / Nd bytes),
+    ZeRO-3 everything (16 / Nd)."""
+    assert with_zero_stage(hand_instance, 2).state_bytes_per_param(t, dp) == exact(
+        (2 + 14 / dp) / t)
+    assert with_zero_stage(hand_instance, 3).state_bytes_per_param(t, dp) == exact(16 / dp / t)
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_zero_3_holds_two_gathered_layers_while_running(hand_instance: Instance, t: int) -> None:
+    zero3, zero2 = with_zero_stage(hand_instance, 3), with_zero_stage(hand_instance, 2)
+    gathered = 2 * 2 * hand_instance.model.layer_params / t
+    for mode in ("none", "selective", "full"):
+        assert zero3.workspace_bytes(2, t, mode) == exact(zero2.workspace_bytes(2, t, mode)
+                                                          + gathered)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_flash_attention_stores_no_scores(hand_instance: Instance, shape, b: int,
+                                          t: int) -> None:
+    """FlashAttention keeps no s x s tensor: without recompute a layer stores what eager
+    attention stores with selective recompute, plus one fp32 log-sum-exp per head and token;
+    selective recompute then also drops the core's output (2 s b h) and those statistics."""
+    s, h, a, *_ = shape
+    flash, eager = with_training(hand_instance, attention="flash"), CostModel(hand_instance)
+    assert flash.layer_activation_bytes(b, t, "none") == exact(
+        eager.layer_activation_bytes(b, t, "selective") + 4 * a * s * b / t)
+    assert flash.layer_activation_bytes(b, t, "selective") == exact(32 * s * b * h / t)
+    assert flash.layer_activation_bytes(b, t, "full") == exact(2 * s * b * h / t)
+    assert flash.workspace_bytes(b, t, "selective") == exact((2 * h + 4 * a) * s * b / t)
+    assert flash.workspace_bytes(b, t, "none") == 0.0
+
+
+def test_flash_attention_time_has_no_quadratic_hbm_traffic(hand_instance: Instance) -> None:
+    """The core's time is the causal share of its two GEMMs' compute, whatever the cost of
+    streaming scores; its backward is 2.5 times its forward."""
+    flash = with_training(hand_instance, attention="flash")
+    model = hand_instance.model
+    s, d, b, t = model.seq_len, model.head_dim, 2, 2
+    heads = b * model.heads / t
+    gemms = 2 * (2 * s * d * s * heads) / (hand_instance.gpu.peak_tflops * 1e12
+                                            * _eta(s, d, s))
+    assert flash.attention_core_time(b, t) == exact(0.57 * gemms)
+    eager = CostModel(hand_instance)
+    assert flash.attention_core_time(b, t) < eager.attention_core_time(b, t)
+    slow_hbm = dataclasses.replace(EFFICIENCY, softmax_bytes_per_score=1e3)
+    assert CostModel(flash.instance, slow_hbm).attention_core_time(b, t) \
+        == flash.attention_core_time(b, t)
+    work = flash.layer_forward_time(b, t) - 2 * flash.tp_allreduce_time(b, t)
+    core = flash.attention_core_time(b, t)
+    assert flash.layer_backward_time(b, t, "none") == exact(
+        2 * (work - core) + 2.5 * core + 2 * flash.tp_allreduce_time(b, t))
 
 
 def test_llama2_7b_parameter_count() -> None:
@@ -152,6 +212,21 @@ def test_allreduce_time_ring(hand_instance: Instance, cost: CostModel, domain: i
     expected = (2 * (dp - 1) / dp * 2 * params / t / bandwidth
                 + 2 * (dp - 1) * d.intra_latency_ms / 1000)
     assert float(cost.allreduce_time(domain, params, t, dp)) == exact(expected)
+    assert float(with_training(hand_instance, dp_overlap=0.25).allreduce_time(
+        domain, params, t, dp)) == exact(0.75 * expected)
+    # ZeRO-3: two weight gathers and one gradient reduce-scatter per micro-batch, each half
+    # of an all-reduce's bytes and steps
+    assert float(with_zero_stage(hand_instance, 3).allreduce_time(
+        domain, params, t, dp, 6)) == exact(6 * 3 / 2 * expected)
+
+
+@pytest.mark.parametrize("overlap", [0.0, 0.4, 1.0])
+def test_tp_overlap_hides_a_share_of_the_all_reduces(hand_instance: Instance, cost: CostModel,
+                                                     overlap: float) -> None:
+    hidden = with_training(hand_instance, tp_overlap=overlap)
+    assert hidden.tp_allreduce_time(2, 4) == exact((1 - overlap) * cost.tp_allreduce_time(2, 4))
+    assert hidden.layer_forward_time(2, 4) == exact(
+        cost.layer_forward_time(2, 4) - 2 * overlap * cost.tp_allreduce_time(2, 4))
 
 
 # -- compute roofline ----------------------------------------------------------------------

@@ -336,7 +336,7 @@ def _stage_memory(instance: Instance, plan: Plan, j: int, b: int, in_flight: int
     t, rc = stage.tp, stage.recompute
     return float(cm.stage_memory_bytes(
         stage.layers, in_flight, cm.state_bytes_per_param(t, plan.dp),
-        cm.layer_activation_bytes(b, t, rc), cm.recompute_workspace_bytes(b, t, rc),
+        cm.layer_activation_bytes(b, t, rc), cm.workspace_bytes(b, t, rc),
         cm.logits_bytes(b, t), j == 0, j == plan.num_stages - 1))
 
 

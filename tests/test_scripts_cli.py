@@ -129,7 +129,7 @@ BAD = [
     ("bench_heuristics", ["--population", "1"], r"--population must be in"),
     ("bench_heuristics", ["--methods", "nsga2,nosuch"], r"--methods: unknown method 'nosuch'"),
     ("bench_heuristics", ["--match", "zzz-no-such"], r"--match: no instance of suite 'quick'"),
-    ("bench_hippo", ["--domains", "3"], r"--domains must be in \[5, 20\]"),
+    ("bench_hippo", ["--domains", "0"], r"--domains must be in \[1, 20\]"),
     ("bench_hippo", ["--domains", "x"], r"--domains must be an integer"),
     ("bench_hippo", ["--repeats", "-1"], r"--repeats must be in"),
     ("bench_hippo", ["--instance-seeds", "-2"], r"--instance-seeds must be in"),
