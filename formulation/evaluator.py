@@ -16,6 +16,34 @@ consecutive stages: with a slow link in the middle of a chain the binding round 
 not include the last stage, and the SPEC term alone then underestimated the event-level
 simulation by up to 21 %. Each window is still linear in the MILP's position variables.
 
+Interleaved 1F1B (``virtual_stages`` v > 1, SC'21 section 2.2): every micro-batch crosses
+each boundary v times a direction and the wrap-around boundary (last stage to first) v - 1
+times, so a boundary's occupancy per period, its traffic and its cost scale by v (v - 1 on
+the wrap). In Megatron-LM's order a stage runs one forward and one backward chunk per slot
+of ``P / v``, and stage p's warm-up is ``2 (S - p - 1) + (v - 1) S`` chunks: a window of L
+consecutive stages is a cycle of ``2 L - 1`` slots (the plain schedule's window of L stages
+holds L micro-batches), so::
+
+    P      >= max over windows W of consecutive model chunks (S v of them, chunk i on
+              stage i % S, the wrap joining one round's last stage to the next round's first)
+              (sum_W c + 2 v sum_W delta) / (2 |W| - 1)
+    T_pipe  = max((m - 1) P + sum c / v + (1 - 1/v) P + 2 (sum delta + (v-1)/v delta_wrap),
+                  sum c + 2 (v sum delta + (v - 1) delta_wrap))
+
+the second term being one micro-batch's own path through every chunk and crossing; a long
+window's bound tends to one lap of the ring, ``(sum c + 2 v (sum delta + delta_wrap)) /
+(2 S)``. For windows inside one round the cycle is exact; a window across the wrap closes
+only for some micro-batches of a group (the wrap is taken between rounds), so its bound is
+conservative.
+Against the event simulation (``scripts/closed_form_vs_simulation.py --virtual-stages V``)
+it is exact on uniform pipelines without communication (Megatron's ``(m + (S-1)/v)``
+makespan) and looser than plain 1F1B's over the WAN, where a link carries v messages a
+period and queueing between them is not in the closed form (README). A stage's activations
+are those of ``(2 q + (v - 1) S + 1) / v`` micro-batches, q its position from the end
+(Korthikanti et al. 2022, section 4.2.3: ``S (1 + (S - 1) / (S v))`` on the first stage).
+An interleaved plan needs S >= 2, at least v layers per stage and micro-batches a multiple
+of S (violation ``schedule``).
+
 An infeasible plan is still scored; it gets ``feasible = False`` and named violations.
 """
 
@@ -82,8 +110,10 @@ class BatchEvaluation:
     stage_memory_bytes: np.ndarray  # (N, S)
     stage_in_flight: np.ndarray  # (N, S) micro-batches whose activations a stage holds
     boundary_delay_s: np.ndarray  # (N, S-1) between front stages j and j+1
-    boundary_occupancy_s: np.ndarray  # (N, S-1)
+    boundary_occupancy_s: np.ndarray  # (N, S-1) busy seconds per period (v crossings each)
     domain_gpus: np.ndarray  # (N, K) GPUs each plan takes from each domain
+    wrap_delay_s: np.ndarray  # (N,) the wrap-around boundary of interleaved plans (else 0)
+    wrap_occupancy_s: np.ndarray  # (N,)
 
     @property
     def admissible(self) -> np.ndarray:
@@ -203,7 +233,8 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     table = _layer_tables(cm, np.broadcast_to(b, t.shape), t, batch.recompute)
     compute = np.where(real, layers * table["compute"] + first * table["edge_first"]
                        + last * table["edge_last"], 0.0)
-    in_flight = np.where(real, np.minimum(m[:, None], position + 1), 0.0)
+    in_flight = np.where(real, micro_batches_in_flight(m[:, None], position, n_stages[:, None],
+                                                       batch.virtual_stages[:, None]), 0.0)
     memory = np.where(real, cm.stage_memory_bytes(
         layers, in_flight, cm.state_bytes_per_param(t, dp), table["activation"],
         table["workspace"], table["logits"], first, last), 0.0)
@@ -211,13 +242,27 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     allreduce = np.where(real, cm.allreduce_time(domain, params, t, dp, m[:, None]), 0.0)
     optimizer = np.where(real, cm.optimizer_time(params, t, dp), 0.0)
 
-    # Boundary j joins front stages j and j+1.
+    # Boundary j joins front stages j and j+1; interleaved plans cross each v times.
+    v = batch.virtual_stages
     joined = real[:, 1:]
     k_from, k_to = domain[:, :-1], domain[:, 1:]
     occupancy, delay = cm.boundary_link_terms(k_from, k_to, b, dp)
-    occupancy, delay = np.where(joined, occupancy, 0.0), np.where(joined, delay, 0.0)
-    traffic = np.where(joined, cm.boundary_traffic_gb(k_from, k_to, b, dp, m[:, None]), 0.0)
-    cost = np.where(joined, cm.boundary_cost(k_from, k_to, b, dp, m[:, None]), 0.0)
+    occupancy = np.where(joined, v[:, None] * occupancy, 0.0)
+    delay = np.where(joined, delay, 0.0)
+    traffic = np.where(joined, v[:, None] * cm.boundary_traffic_gb(k_from, k_to, b, dp,
+                                                                    m[:, None]), 0.0)
+    cost = np.where(joined, v[:, None] * cm.boundary_cost(k_from, k_to, b, dp, m[:, None]), 0.0)
+    # the wrap-around boundary, last stage to first, crossed v - 1 times
+    k_last, k_first = np.take_along_axis(domain, n_stages[:, None] - 1, axis=1)[:, 0], domain[:, 0]
+    wrapped = v > 1
+    wrap_occupancy, wrap_delay = cm.boundary_link_terms(k_last, k_first, batch.micro_batch,
+                                                        batch.dp)
+    wrap_occupancy = np.where(wrapped, (v - 1) * wrap_occupancy, 0.0)
+    wrap_delay = np.where(wrapped, wrap_delay, 0.0)
+    wrap_traffic = np.where(wrapped, (v - 1) * cm.boundary_traffic_gb(
+        k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
+    wrap_cost = np.where(wrapped, (v - 1) * cm.boundary_cost(
+        k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
 
     # Latency bound over every window of consecutive positions k..j (k = 0 is the SPEC term):
     # in 1F1B, B_k(u) -> ... -> B_j(u) -> F_j(u+j+1) -> ... -> F_k(u+j+1) -> B_k(u+j-k+1) is
@@ -229,10 +274,15 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
         by_boundary = np.clip(n_stages[:, None] - 2 - index[:, :-1], 0, None)
         delay_from_end[:, 1:] = np.where(real[:, 1:],
                                          np.take_along_axis(delay, by_boundary, axis=1), 0.0)
-    period = np.maximum(compute.max(axis=1), occupancy.max(axis=1, initial=0.0))
-    period = np.maximum(period, latency_bound(compute_from_end, delay_from_end,
-                                              n_stages))
-    pipeline = (m - 1) * period + compute.sum(axis=1) + 2 * delay.sum(axis=1)
+    busiest = np.maximum(compute.max(axis=1), occupancy.max(axis=1, initial=0.0))
+    windows = latency_bound(compute_from_end, delay_from_end, n_stages)
+    if wrapped.any():
+        rows = np.flatnonzero(wrapped)
+        windows[rows] = interleaved_windows(compute[rows], delay[rows], wrap_delay[rows],
+                                            n_stages[rows], v[rows])
+    period, pipeline = pipeline_time(m, v, compute.sum(axis=1),
+                                     np.maximum(busiest, wrap_occupancy), windows,
+                                     2 * delay.sum(axis=1), wrap_delay)
     step_time = pipeline + allreduce.max(axis=1) + optimizer.max(axis=1)
 
     stage_gpus = np.where(real, dp * t, 0)
@@ -241,12 +291,16 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
                               weights=stage_gpus.ravel(), minlength=n_plans * n_domains)
     domain_gpus = domain_gpus.reshape(n_plans, n_domains).astype(np.int64)
     gpus = stage_gpus.sum(axis=1)
-    comm_cost = cost.sum(axis=1)
+    comm_cost = cost.sum(axis=1) + wrap_cost
     facts = Facts(instance=instance, dp=batch.dp, micro_batch=batch.micro_batch,
                   layers=layers, tp=t, recompute=batch.recompute, domain=domain,
                   memory=memory, usable_memory=cm.usable_memory, domain_gpus=domain_gpus,
-                  occupancy=occupancy, wan=joined & (k_from != k_to), period=period,
-                  comm_cost=comm_cost)
+                  occupancy=np.concatenate([occupancy, wrap_occupancy[:, None]], axis=1),
+                  wan=np.concatenate([joined & (k_from != k_to),
+                                      (wrapped & (k_last != k_first))[:, None]], axis=1),
+                  link_from=np.concatenate([k_from, k_last[:, None]], axis=1),
+                  link_to=np.concatenate([k_to, k_first[:, None]], axis=1),
+                  period=period, comm_cost=comm_cost, virtual_stages=v)
     violation = violation_matrix(facts)
 
     hardware_flops = cm.model_flops_per_step() + training.global_batch * np.sum(
@@ -256,11 +310,64 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
         feasible=~violation.any(axis=1), violation=violation,
         outside_search=outside_search(facts),
         **derived_metrics(instance, cm, step_time, gpus, hardware_flops),
-        wan_gb_per_step=traffic.sum(axis=1),
+        wan_gb_per_step=traffic.sum(axis=1) + wrap_traffic,
         period_s=period, pipeline_s=pipeline, allreduce_s=allreduce.max(axis=1),
         optimizer_s=optimizer.max(axis=1), stage_compute_s=compute,
         stage_memory_bytes=memory, stage_in_flight=in_flight, boundary_delay_s=delay,
-        boundary_occupancy_s=occupancy, domain_gpus=domain_gpus)
+        boundary_occupancy_s=occupancy, domain_gpus=domain_gpus, wrap_delay_s=wrap_delay,
+        wrap_occupancy_s=wrap_occupancy)
+
+
+def micro_batches_in_flight(m, position, stages, virtual_stages):
+    """Micro-batches whose activations a stage holds at its fullest, ``position`` counted
+    from the end (0: the last stage): ``q + 1`` in 1F1B; interleaved, the chunks of
+    Megatron-LM's warm-up plus one, ``2 q + (v - 1) S + 1``, over v. At most m. Scalars or
+    arrays."""
+    interleaved = (2 * position + (virtual_stages - 1) * stages + 1) / virtual_stages
+    return np.minimum(m, np.where(virtual_stages > 1, interleaved, position + 1))
+
+
+def interleaved_windows(compute: np.ndarray, delay: np.ndarray, wrap_delay: np.ndarray,
+                        stages: np.ndarray, virtual_stages: np.ndarray) -> np.ndarray:
+    """max over windows W of consecutive model chunks (the ``S v`` chunks in model order:
+    stage ``i % S`` holds chunk i, the wrap joining round r's last stage to round r + 1's
+    first) of ``(sum_W c + 2 v sum_W delta) / (2 |W| - 1)`` (module docstring). ``compute``
+    (N, S) front to back, ``delay`` (N, S-1) between stages j and j + 1, padded after each
+    row's ``stages``. Windows starting in a later round repeat those of the first, so they
+    start in the first."""
+    n, width = compute.shape
+    rows = np.arange(n)
+    ring_delay = np.zeros((n, width))  # ring_delay[:, j]: the crossing after stage j
+    ring_delay[:, :width - 1] = delay
+    ring_delay[rows, stages - 1] = wrap_delay
+    ring_delay *= 2 * virtual_stages[:, None]
+    stages = np.maximum(stages, 1)
+    chain = stages * virtual_stages  # model chunks of each row
+    best = compute.max(axis=1, initial=0.0)
+    for start in range(width):
+        total = np.zeros(n)
+        for length in range(1, int(chain.max(initial=1)) - start + 1):
+            stage = (start + length - 1) % stages
+            valid = (start < stages) & (start + length <= chain)
+            total = total + np.where(valid, compute[rows, stage], 0.0)
+            if length > 1:  # the crossing into the window's last chunk
+                total = total + np.where(valid, ring_delay[rows, (stage - 1) % stages], 0.0)
+            best = np.where(valid, np.maximum(best, total / (2 * length - 1)), best)
+    return best
+
+
+def pipeline_time(m, v, compute_sum, busiest, windows, round_trips, wrap_delay):
+    """(P, T_pipe) of a plain or interleaved 1F1B pipeline (module docstring): ``busiest``
+    the slowest stage or busiest link per period (the wrap included), ``windows`` the bound
+    of the windows of consecutive stages (:func:`latency_bound` for plain 1F1B,
+    :func:`interleaved_windows`), ``round_trips`` the ``2 sum delta`` of the boundaries.
+    Scalars or arrays."""
+    period = np.maximum(busiest, windows)
+    steady = ((m - 1) * period + compute_sum / v + (1 - 1 / v) * period + round_trips
+              + 2 * (v - 1) / v * wrap_delay)
+    path = compute_sum + v * round_trips + 2 * (v - 1) * wrap_delay
+    return period, np.where(v == 1, (m - 1) * period + compute_sum + round_trips,
+                            np.maximum(steady, path))
 
 
 def derived_metrics(instance: Instance, cm: CostModel, step_time_s, gpus,

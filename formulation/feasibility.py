@@ -46,12 +46,13 @@ class Kind(StrEnum):
     GPUS = "gpus"  # a domain gives more GPUs than it has free
     WAN_CAP = "wan_cap"  # a WAN link busy more than the instance's share cap
     COST_BUDGET = "cost_budget"  # traffic cost per step above the instance's budget
+    SCHEDULE = "schedule"  # an interleaved schedule the plan cannot run
     DILOCO = "diloco"  # a DiLoCo worker across domains, or two workers in one domain
 
 
 # the violation kinds of a pipeline plan, in the column order of the batch evaluator
 PHYSICAL: tuple[Kind, ...] = (Kind.LAYERS, Kind.TP, Kind.MEMORY, Kind.GPUS, Kind.WAN_CAP,
-                              Kind.COST_BUDGET)
+                              Kind.COST_BUDGET, Kind.SCHEDULE)
 COST_TOLERANCE = 1e-12  # relative slack on the cost budget (sums of prices round)
 
 
@@ -72,7 +73,7 @@ class Mismatch:
     """A plan's value the instance's search space does not list (a warning, not a
     violation: the plan is scored all the same)."""
 
-    field: str  # "dp", "micro_batch", "tp", "recompute" or "max_stages"
+    field: str  # "dp", "micro_batch", "virtual_stages", "tp", "recompute" or "max_stages"
     message: str
 
     def __str__(self) -> str:
@@ -101,6 +102,9 @@ class Facts:
     wan: np.ndarray  # (N, B) whether the boundary crosses a WAN link
     period: np.ndarray  # (N,) the time the occupancy is a share of
     comm_cost: np.ndarray  # (N,) USD per step
+    link_from: np.ndarray | None = None  # (N, B) the domains a boundary joins (None: stage
+    link_to: np.ndarray | None = None  # j to stage j + 1)
+    virtual_stages: np.ndarray | None = None  # (N,) model chunks per stage (None: all 1)
     ring: bool = False  # the one "boundary" is a DiLoCo sync ring, busy a share of the step
 
     @property
@@ -175,7 +179,11 @@ def _explain_wan_cap(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
 
 
 def _link(facts: Facts, i: int, j: int, names: Sequence[str]) -> str:
-    return f"{names[facts.domain[i, j]]!r}->{names[facts.domain[i, j + 1]]!r}"
+    if facts.link_from is None:
+        return f"{names[facts.domain[i, j]]!r}->{names[facts.domain[i, j + 1]]!r}"
+    wrap = " (the wrap-around)" if j == facts.link_from.shape[1] - 1 \
+        and facts.virtual_stages is not None and facts.virtual_stages[i] > 1 else ""
+    return f"{names[facts.link_from[i, j]]!r}->{names[facts.link_to[i, j]]!r}{wrap}"
 
 
 def _over_budget(facts: Facts) -> np.ndarray:
@@ -190,6 +198,33 @@ def _explain_budget(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
             f"{facts.instance.constraints.cost_budget:.4f}"]
 
 
+def _chunks(facts: Facts) -> np.ndarray:
+    return np.ones(len(facts.dp), dtype=np.int64) if facts.virtual_stages is None \
+        else facts.virtual_stages
+
+
+def _schedule_bad(facts: Facts) -> np.ndarray:
+    """(N, 3) bool: an interleaved plan with one stage, a stage of fewer than v layers, or
+    micro-batches that are not a multiple of the stages (Megatron-LM's interleaved order)."""
+    v, stages = _chunks(facts), facts.num_stages
+    m = facts.instance.training.global_batch // (facts.dp * facts.micro_batch)
+    interleaved = v > 1
+    return np.stack([interleaved & (stages < 2),
+                     interleaved & (facts.real & (facts.layers < v[:, None])).any(axis=1),
+                     interleaved & (m % np.maximum(stages, 1) != 0)], axis=1)
+
+
+def _explain_schedule(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
+    v, stages = int(_chunks(facts)[i]), int(facts.num_stages[i])
+    m = facts.instance.training.global_batch // int(facts.dp[i] * facts.micro_batch[i])
+    bad = _schedule_bad(facts)[i]
+    return [text for flag, text in zip(bad, (
+        f"interleaving {v} chunks needs at least 2 stages",
+        f"interleaving {v} chunks needs at least {v} layers in every stage",
+        f"interleaving needs micro-batches a multiple of the {stages} stages, got {m}"),
+        strict=True) if flag]
+
+
 WAN_CAP_RULE = Rule(Kind.WAN_CAP, lambda f: _wan_busy(f).any(axis=1), _explain_wan_cap)
 COST_BUDGET_RULE = Rule(Kind.COST_BUDGET, _over_budget, _explain_budget)
 RULES: tuple[Rule, ...] = (
@@ -200,6 +235,7 @@ RULES: tuple[Rule, ...] = (
     Rule(Kind.GPUS, lambda f: (f.domain_gpus > _free(f)[None, :]).any(axis=1), _explain_gpus),
     WAN_CAP_RULE,
     COST_BUDGET_RULE,
+    Rule(Kind.SCHEDULE, lambda f: _schedule_bad(f).any(axis=1), _explain_schedule),
 )
 assert tuple(rule.kind for rule in RULES) == PHYSICAL
 
@@ -223,6 +259,7 @@ def outside_search(facts: Facts) -> np.ndarray:
     search, real = facts.instance.search, facts.real
     allowed_modes = [RECOMPUTE_MODES.index(mode) for mode in search.recompute]
     return (~np.isin(facts.dp, search.dp) | ~np.isin(facts.micro_batch, search.micro_batch)
+            | ~np.isin(_chunks(facts), search.virtual_stages)
             | (real & ~np.isin(facts.tp, search.tp)).any(axis=1)
             | (real & ~np.isin(facts.recompute, allowed_modes)).any(axis=1)
             | (facts.num_stages > search.max_stages))
@@ -238,6 +275,10 @@ def mismatches(facts: Facts, i: int = 0) -> list[Mismatch]:
     if facts.micro_batch[i] not in search.micro_batch:
         out.append(Mismatch("micro_batch", f"micro_batch={int(facts.micro_batch[i])} is not "
                                            f"in the allowed {list(search.micro_batch)}"))
+    v = int(_chunks(facts)[i])
+    if v not in search.virtual_stages:
+        out.append(Mismatch("virtual_stages", f"virtual_stages={v} is not in the allowed "
+                                              f"{list(search.virtual_stages)}"))
     count = int(facts.num_stages[i])
     for j in range(count):
         if facts.tp[i, j] not in search.tp:

@@ -210,10 +210,11 @@ class Links:
 
 
 ATTENTION_KERNELS = ("eager", "flash")
-# Training fields added after instances were first hashed (Instance.content_hash): the hash
-# leaves them out while they keep their defaults, so that a front computed before they
-# existed still matches its instance, which states the same as it did then.
-LATER_TRAINING_FIELDS = ("attention", "tp_overlap", "dp_overlap")
+# Fields added after instances were first hashed (Instance.content_hash): the hash leaves
+# them out while they keep their defaults, so that a front computed before they existed
+# still matches its instance, which states the same as it did then.
+LATER_FIELDS = {"training": ("attention", "tp_overlap", "dp_overlap"),
+                "search": ("virtual_stages",)}
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -267,6 +268,9 @@ class SearchSpace:
     micro_batch: tuple[int, ...] = (1, 2, 4)
     recompute: tuple[str, ...] = RECOMPUTE_MODES
     max_stages: int = 8
+    # model chunks per stage: 1 is plain 1F1B, v > 1 interleaved 1F1B. The evaluators score
+    # any v; the solvers and the agent search 1F1B only, so the space must list 1.
+    virtual_stages: tuple[int, ...] = (1,)
 
     @staticmethod
     def from_dict(r: Reader) -> SearchSpace:
@@ -286,8 +290,13 @@ class SearchSpace:
             micro_batch=positive_ints("micro_batch", SearchSpace.micro_batch),
             recompute=tuple(r.items("recompute", mode, list(RECOMPUTE_MODES), min_len=1)),
             max_stages=r.integer("max_stages", 8, low=1, high=MAX_STAGES),
+            virtual_stages=positive_ints("virtual_stages", SearchSpace.virtual_stages),
         )
         r.finish()
+        if 1 not in space.virtual_stages:
+            raise InputError(f"{r.path}.virtual_stages must list 1 (plain 1F1B): the solvers "
+                             f"and the agent search 1F1B plans only, got "
+                             f"{list(space.virtual_stages)}")
         if len(space.dp) * len(space.micro_batch) > MAX_PAIRS:
             raise InputError(f"{r.path}: {len(space.dp)} dp x {len(space.micro_batch)} "
                              f"micro_batch values are more than {MAX_PAIRS} pairs")
@@ -421,9 +430,13 @@ class Instance:
         of the instance it was computed for (:class:`solvers.front.Front`)."""
         document = self.to_dict()
         document.pop("description")
-        for key in LATER_TRAINING_FIELDS:  # see LATER_TRAINING_FIELDS
-            if document["training"][key] == Training.__dataclass_fields__[key].default:
-                del document["training"][key]
+        for section, keys in LATER_FIELDS.items():  # see LATER_FIELDS
+            kind = {"training": Training, "search": SearchSpace}[section]
+            for key in keys:
+                default = kind.__dataclass_fields__[key].default
+                if document[section][key] == (list(default) if isinstance(default, tuple)
+                                              else default):
+                    del document[section][key]
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -4,6 +4,12 @@ Stages are listed from the first pipeline stage (embedding) to the last (LM head
 names its domain, its number of layers (the cut points are the running sums), its
 tensor-parallel degree and its recompute mode. Stage ``j`` occupies ``dp * tp_j`` GPUs of its
 domain: all dp replicas of a stage sit in the same domain.
+
+The schedule is 1F1B, plain (``virtual_stages == 1``) or interleaved (Narayanan et al.
+SC'21, section 2.2): each stage then holds ``v = virtual_stages`` model chunks, its layers
+split as evenly as they go (the first chunks take the extra ones), and chunk ``c`` of every
+stage forms round ``c`` of the model, so that a micro-batch passes the pipeline v times
+(:mod:`formulation.evaluator`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from formulation.schema import InputError, Reader, read_json
 MAX_TP = 1024  # tensor-parallel degree: GPUs of one node at most (gpus_per_node <= 1024)
 
 PLAN_SCHEMA = "xdsched.plan/1"
+SCHEDULES = ("1f1b", "interleaved-1f1b")  # virtual_stages 1, and > 1
+MAX_VIRTUAL_STAGES = 64
 
 
 @dataclass(frozen=True)
@@ -35,11 +43,15 @@ class Plan:
     dp: int
     micro_batch: int
     stages: tuple[Stage, ...]
-    schedule: str = "1f1b"
+    virtual_stages: int = 1  # model chunks per stage: 1 plain 1F1B, > 1 interleaved 1F1B
 
     @property
     def num_stages(self) -> int:
         return len(self.stages)
+
+    @property
+    def schedule(self) -> str:
+        return SCHEDULES[self.virtual_stages > 1]
 
     @property
     def cuts(self) -> list[int]:
@@ -92,9 +104,15 @@ class Plan:
 
         # a stage holds at least one layer: more stages than layers is no plan
         most = MAX_LAYERS if instance is None else instance.model.layers
+        schedule = r.string("schedule", SCHEDULES[0], choices=SCHEDULES)
+        interleaved = schedule == SCHEDULES[1]
+        where = f"{path}.virtual_stages" if path else "virtual_stages"
+        if not interleaved and r.raw("virtual_stages", 1) != 1:
+            raise InputError(f"{where} needs schedule {SCHEDULES[1]!r}")
         plan = Plan(dp=r.integer("dp", low=1, high=MAX_DOMAIN_GPUS),
                     micro_batch=r.integer("micro_batch", low=1, high=MAX_DOMAIN_GPUS),
-                    schedule=r.string("schedule", "1f1b", choices=("1f1b",)),
+                    virtual_stages=r.integer("virtual_stages", low=2, high=MAX_VIRTUAL_STAGES)
+                    if interleaved else 1,
                     stages=tuple(r.items("stages", stage, min_len=1, max_len=most)))
         r.finish()
         if instance is not None and whole_batch:
@@ -108,6 +126,7 @@ class Plan:
 
         return {"schema": PLAN_SCHEMA, "dp": self.dp, "micro_batch": self.micro_batch,
                 "schedule": self.schedule,
+                **({"virtual_stages": self.virtual_stages} if self.virtual_stages > 1 else {}),
                 "stages": [{"domain": domain(s.domain), "layers": s.layers, "tp": s.tp,
                             "recompute": s.recompute} for s in self.stages]}
 

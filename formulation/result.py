@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 
 from formulation.costmodel import GB
-from formulation.evaluator import cost_model, derived_metrics
+from formulation.evaluator import (
+    cost_model,
+    derived_metrics,
+    interleaved_windows,
+    micro_batches_in_flight,
+    pipeline_time,
+)
 from formulation.feasibility import (
     Facts,
     Kind,
@@ -122,6 +128,7 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     b, dp, count = plan.micro_batch, plan.dp, plan.num_stages
     check_micro_batches(instance, dp, b)
     m = training.global_batch / (dp * b)
+    v = plan.virtual_stages
     compute, memory, allreduce, optimizer, in_flight = [], [], [], [], []
     recompute_flops = 0.0
     for j, stage in enumerate(plan.stages):
@@ -129,23 +136,36 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
          layer_recompute_flops) = cm.stage_terms(b, stage.tp, stage.recompute, dp, j == 0,
                                                  j == count - 1)
         compute.append(stage.layers * per_layer + edge)
-        in_flight.append(min(m, count - j))
+        in_flight.append(float(micro_batches_in_flight(m, count - 1 - j, count, v)) if v > 1
+                         else min(m, count - j))
         memory.append(cm.stage_memory_bytes(stage.layers, in_flight[-1], state, activation,
                                             workspace, logits, j == 0, j == count - 1))
         params = stage.layers * cm.layer_params + edge_params
         allreduce.append(cm.allreduce_seconds(stage.domain, params, stage.tp, dp, m))
         optimizer.append(cm.optimizer_time(params, stage.tp, dp))
         recompute_flops += stage.layers * layer_recompute_flops
-    boundaries = [cm.boundary_terms(a.domain, z.domain, b, dp)
-                  for a, z in zip(plan.stages, plan.stages[1:], strict=False)]
-    occupancy = [x[0] for x in boundaries]
+    links = [(a.domain, z.domain) for a, z in zip(plan.stages, plan.stages[1:], strict=False)]
+    crossings = [v] * len(links)
+    if v > 1:  # the wrap-around boundary, last stage to first
+        links.append((plan.stages[-1].domain, plan.stages[0].domain))
+        crossings.append(v - 1)
+    boundaries = [cm.boundary_terms(a, z, b, dp) for a, z in links]
+    occupancy = [n * x[0] for n, x in zip(crossings, boundaries, strict=True)]
     delay = [x[1] for x in boundaries]
-    wan_gb = m * sum(x[2] for x in boundaries)
-    comm_cost = m * sum(x[2] * x[3] for x in boundaries)
+    wan_gb = m * sum(n * x[2] for n, x in zip(crossings, boundaries, strict=True))
+    comm_cost = m * sum(n * x[2] * x[3] for n, x in zip(crossings, boundaries, strict=True))
 
-    period = max(max(compute), max(occupancy, default=0.0),
-                 latency_bound(compute[::-1], [0.0] + delay[::-1]))
-    pipeline = (m - 1) * period + sum(compute) + 2 * sum(delay)
+    if v == 1:
+        period = max(max(compute), max(occupancy, default=0.0),
+                     latency_bound(compute[::-1], [0.0] + delay[::-1]))
+        pipeline = (m - 1) * period + sum(compute) + 2 * sum(delay)
+    else:
+        windows = interleaved_windows(np.array([compute]), np.array([delay[:-1]]),
+                                      np.array([delay[-1]]), np.array([count]),
+                                      np.array([v]))
+        period, pipeline = (float(x[0]) for x in pipeline_time(
+            m, v, sum(compute), max(max(compute), max(occupancy)), windows,
+            2 * sum(delay[:-1]), delay[-1]))
     step = pipeline + max(allreduce) + max(optimizer)
     gpus = plan.gpus()
 
@@ -174,6 +194,8 @@ def _facts(instance: Instance, plan: Plan, memory: list[float], occupancy: list[
     used = np.zeros((1, instance.num_domains), dtype=np.int64)
     for stage in stages:
         used[0, stage.domain] += plan.dp * stage.tp
+    ends = [s.domain for s in stages] + ([stages[0].domain] if plan.virtual_stages > 1 else [])
+    link_from, link_to = np.array([ends[:-1]]), np.array([ends[1:]])
     return Facts(instance=instance, dp=np.array([plan.dp]),
                  micro_batch=np.array([plan.micro_batch]),
                  layers=np.array([[s.layers for s in stages]]),
@@ -182,7 +204,8 @@ def _facts(instance: Instance, plan: Plan, memory: list[float], occupancy: list[
                  domain=np.array([[s.domain for s in stages]]),
                  memory=np.array([memory]), usable_memory=cm.usable_memory, domain_gpus=used,
                  occupancy=np.array([occupancy]).reshape(1, len(occupancy)),
-                 wan=np.array([[a.domain != z.domain for a, z in zip(stages, stages[1:],
-                                                                     strict=False)]],
-                              dtype=bool).reshape(1, len(occupancy)),
-                 period=np.array([period]), comm_cost=np.array([comm_cost]))
+                 wan=(link_from != link_to).reshape(1, len(occupancy)),
+                 link_from=link_from.reshape(1, len(occupancy)),
+                 link_to=link_to.reshape(1, len(occupancy)),
+                 period=np.array([period]), comm_cost=np.array([comm_cost]),
+                 virtual_stages=np.array([plan.virtual_stages]))

@@ -1,4 +1,4 @@
-"""Event-level reference simulation of one 1F1B (PipeDream-Flush, non-interleaved) step.
+"""Event-level reference simulation of one 1F1B (PipeDream-Flush) step, plain or interleaved.
 
 SPEC section 3.1 prices a pipeline with a closed form; this module is the reference execution the
 closed form is checked against. It takes plain numbers only (per-stage compute times, per-boundary
@@ -26,6 +26,17 @@ Semantics
   0 (an outage stalls the channel) except in the last interval, where they must be positive.
 * The makespan runs from the first forward start (time 0) to the last backward end.
 
+Interleaved 1F1B (Narayanan et al. SC'21, section 2.2; ``virtual_stages`` v > 1): stage i
+holds v model chunks, chunk c of every stage forming round c of the model (chunk c of stage
+S-1 feeds chunk c + 1 of stage 0 over a wrap-around boundary, the last entry of the boundary
+arrays). A stage's ops follow Megatron-LM's order: forward number k is chunk
+``(k // S) % v`` of micro-batch ``(k // (S v)) S + k % S`` (backwards take the chunks in
+reverse), after ``min(2 (S - i - 1) + (v - 1) S, m v)`` warm-up forwards; m must be a
+multiple of S. Forward (u, c) at stage 0 needs chunk c - 1 of u from stage S - 1 (c > 0);
+backward (u, c) at stage S - 1 needs chunk c + 1's gradient from stage 0 (c < v - 1).
+Per-chunk times are ``forward_s[i, c]`` when given as (S, v) arrays, else the stage's split
+evenly.
+
 All start times are max-plus functions of the durations, so with constant latency factors a
 larger bandwidth never increases the makespan. Time-varying latency can break this: a faster drain
 may end in a slower-latency interval.
@@ -50,14 +61,16 @@ BACKWARD = "B"
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    forward_s: np.ndarray  # (S,) per-micro-batch forward time per stage, front to back
-    backward_s: np.ndarray  # (S,) per-micro-batch backward time (including recompute)
-    transfer_bytes: np.ndarray  # (S-1,) bytes across boundary i per micro-batch, each direction
-    bandwidth_Bps: np.ndarray  # (S-1,) base bandwidth of boundary i, forward (activations)
-    latency_s: np.ndarray  # (S-1,) base one-way latency of boundary i, forward
+    """B boundaries: S - 1, plus the wrap-around (stage S-1 to 0) when interleaved."""
+
+    forward_s: np.ndarray  # (S,) per-micro-batch forward time per stage, or (S, v) per chunk
+    backward_s: np.ndarray  # (S,) or (S, v) backward time (including recompute)
+    transfer_bytes: np.ndarray  # (B,) bytes across boundary i per message, each direction
+    bandwidth_Bps: np.ndarray  # (B,) base bandwidth of boundary i, forward (activations)
+    latency_s: np.ndarray  # (B,) base one-way latency of boundary i, forward
     num_micro_batches: int  # m
-    bandwidth_factor: np.ndarray | None = None  # (T, S-1) multiplies bandwidth_Bps per interval
-    latency_factor: np.ndarray | None = None  # (T, S-1) multiplies latency_s per interval
+    bandwidth_factor: np.ndarray | None = None  # (T, B) multiplies bandwidth_Bps per interval
+    latency_factor: np.ndarray | None = None  # (T, B) multiplies latency_s per interval
     interval_s: float = 1.0
     start_time_s: float = 0.0  # trace time at which the step starts
     # the backward direction (gradients), where the link is asymmetric; None: as forward
@@ -65,6 +78,7 @@ class PipelineSpec:
     backward_latency_s: np.ndarray | None = None
     backward_bandwidth_factor: np.ndarray | None = None
     backward_latency_factor: np.ndarray | None = None
+    virtual_stages: int = 1  # v: model chunks per stage (interleaved 1F1B when > 1)
 
 
 class OpRecord(NamedTuple):
@@ -73,13 +87,14 @@ class OpRecord(NamedTuple):
     kind: str  # FORWARD or BACKWARD
     start: float
     end: float
+    chunk: int = 0
 
 
 @dataclass(frozen=True)
 class SimulationResult:
     makespan_s: float  # first forward start to last backward end
     stage_busy_s: np.ndarray  # (S,) total compute time per stage
-    link_busy_s: np.ndarray  # (S-1,) transmitting time of each forward-direction channel
+    link_busy_s: np.ndarray  # (B,) transmitting time of each forward-direction channel
     events: tuple[OpRecord, ...] | None = None  # per-op records when record=True
 
 
@@ -107,27 +122,47 @@ def _factors(name: str, value: np.ndarray | None, links: int) -> np.ndarray | No
     return arr
 
 
+def _chunk_times(name: str, value: object, stages: int, chunks: int) -> np.ndarray:
+    """(S, v) per-chunk times: given so, or a stage's (S,) time split evenly."""
+    arr = np.asarray(value, dtype=float)
+    if arr.shape == (stages,):
+        arr = np.repeat(arr[:, None] / chunks, chunks, axis=1)
+    if arr.shape != (stages, chunks):
+        raise ValueError(f"{name} must have shape ({stages},) or ({stages}, {chunks}), "
+                         f"got {arr.shape}")
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise ValueError(f"{name} entries must be finite and >= 0")
+    return arr
+
+
 def _validate(spec: PipelineSpec) -> tuple[np.ndarray, ...]:
     """Check shapes and ranges up front, so errors name the field rather than fail mid-run."""
-    m = spec.num_micro_batches
+    m, v = spec.num_micro_batches, spec.virtual_stages
     if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
         raise ValueError(f"num_micro_batches must be an integer >= 1, got {m!r}")
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+        raise ValueError(f"virtual_stages must be an integer >= 1, got {v!r}")
     fwd = np.asarray(spec.forward_s, dtype=float)
-    if fwd.ndim != 1 or fwd.size < 1:
-        raise ValueError(f"forward_s must be a non-empty 1-D array, got shape {fwd.shape}")
-    s = fwd.size
-    fwd = _vector("forward_s", fwd, s, 0.0, strict=False)
-    bwd = _vector("backward_s", spec.backward_s, s, 0.0, strict=False)
-    size = _vector("transfer_bytes", spec.transfer_bytes, s - 1, 0.0, strict=False)
+    if fwd.ndim not in (1, 2) or fwd.size < 1:
+        raise ValueError(f"forward_s must be a non-empty (S,) or (S, v) array, got shape "
+                         f"{fwd.shape}")
+    s = fwd.shape[0]
+    if v > 1 and (s < 2 or m % s):
+        raise ValueError(f"interleaving needs S >= 2 stages and micro-batches a multiple of "
+                         f"S; got S = {s}, m = {m}")
+    fwd = _chunk_times("forward_s", fwd, s, v)
+    bwd = _chunk_times("backward_s", spec.backward_s, s, v)
+    links = s - 1 + (v > 1)
+    size = _vector("transfer_bytes", spec.transfer_bytes, links, 0.0, strict=False)
     directions = []
     for prefix in ("", "backward_"):
         def field(name: str, prefix: str = prefix):  # the backward one defaults to forward
             value = getattr(spec, prefix + name)
             return getattr(spec, name) if value is None else value
-        bw = _vector(prefix + "bandwidth_Bps", field("bandwidth_Bps"), s - 1, 0.0, strict=True)
-        lat = _vector(prefix + "latency_s", field("latency_s"), s - 1, 0.0, strict=False)
-        bw_f = _factors(prefix + "bandwidth_factor", field("bandwidth_factor"), s - 1)
-        lat_f = _factors(prefix + "latency_factor", field("latency_factor"), s - 1)
+        bw = _vector(prefix + "bandwidth_Bps", field("bandwidth_Bps"), links, 0.0, strict=True)
+        lat = _vector(prefix + "latency_s", field("latency_s"), links, 0.0, strict=False)
+        bw_f = _factors(prefix + "bandwidth_factor", field("bandwidth_factor"), links)
+        lat_f = _factors(prefix + "latency_factor", field("latency_factor"), links)
         if bw_f is not None and (bw_f[-1] <= 0).any():
             raise ValueError(f"{prefix}bandwidth_factor last row must be > 0 (it holds "
                              "forever)")
@@ -139,14 +174,26 @@ def _validate(spec: PipelineSpec) -> tuple[np.ndarray, ...]:
     return fwd, bwd, size, directions[0], directions[1]
 
 
-def _stage_ops(stage: int, stages: int, m: int) -> list[tuple[str, int]]:
-    """The 1F1B op order of one stage: warm-up forwards, 1F1B steady state, cool-down backwards."""
-    warmup = min(stages - stage - 1, m)
-    ops = [(FORWARD, u) for u in range(warmup)]
-    for k in range(m - warmup):
-        ops.append((FORWARD, warmup + k))
-        ops.append((BACKWARD, k))
-    ops.extend((BACKWARD, u) for u in range(m - warmup, m))
+def _stage_ops(stage: int, stages: int, m: int, chunks: int = 1) -> list[tuple[str, int, int]]:
+    """The op order of one stage, (kind, micro-batch, chunk): warm-up forwards, the 1F1B steady
+    state, cool-down backwards; with chunks > 1 Megatron-LM's interleaved order."""
+    total = m * chunks
+    if chunks == 1:
+        warmup = min(stages - stage - 1, m)
+    else:
+        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+
+    def op(kind: str, k: int) -> tuple[str, int, int]:
+        chunk = (k // stages) % chunks
+        if kind == BACKWARD:
+            chunk = chunks - 1 - chunk
+        return kind, (k // (stages * chunks)) * stages + k % stages, chunk
+
+    ops = [op(FORWARD, k) for k in range(warmup)]
+    for k in range(total - warmup):
+        ops.append(op(FORWARD, warmup + k))
+        ops.append(op(BACKWARD, k))
+    ops.extend(op(BACKWARD, k) for k in range(total - warmup, total))
     return ops
 
 
@@ -196,18 +243,21 @@ class _Channel:
 
 
 def simulate_pipeline(spec: PipelineSpec, record: bool = False) -> SimulationResult:
-    """Simulate one 1F1B step; with `record`, also return per-op (stage, u, kind, start, end)."""
+    """Simulate one step; with `record`, also return per-op (stage, u, kind, start, end,
+    chunk)."""
     fwd, bwd, size, forward, backward = _validate(spec)
-    s, m = fwd.size, int(spec.num_micro_batches)
+    s, v = fwd.shape
+    m = int(spec.num_micro_batches)
+    links = s - 1 + (v > 1)
     fwd_ch = [_Channel(i, size[i], forward[0][i], forward[1][i], forward[2], forward[3], spec)
-              for i in range(s - 1)]
+              for i in range(links)]
     bwd_ch = [_Channel(i, size[i], backward[0][i], backward[1][i], backward[2], backward[3],
-                       spec) for i in range(s - 1)]
-    # act_arrival[i][u]: activation of u available at stage i; grad_arrival likewise for gradients.
+                       spec) for i in range(links)]
+    # act[i][c * m + u]: chunk c's input activation of u available at stage i; grad likewise
     nan = float("nan")
-    act_arrival = [[0.0] * m] + [[nan] * m for _ in range(s - 1)]
-    grad_arrival = [[nan] * m for _ in range(s - 1)] + [[-math.inf] * m]
-    ops = [_stage_ops(i, s, m) for i in range(s)]
+    act = [[0.0] * m + [nan] * (m * (v - 1))] + [[nan] * (m * v) for _ in range(s - 1)]
+    grad = [[nan] * (m * v) for _ in range(s - 1)] + [[nan] * (m * (v - 1)) + [-math.inf] * m]
+    ops = [_stage_ops(i, s, m, v) for i in range(s)]
     cursor = [0] * s
     stage_free = [0.0] * s
     fwd_list, bwd_list = fwd.tolist(), bwd.tolist()
@@ -217,31 +267,37 @@ def simulate_pipeline(spec: PipelineSpec, record: bool = False) -> SimulationRes
         i = queue.popleft()
         queued[i] = False
         while cursor[i] < len(ops[i]):
-            kind, u = ops[i][cursor[i]]
-            ready = (act_arrival if kind == FORWARD else grad_arrival)[i][u]
+            kind, u, c = ops[i][cursor[i]]
+            ready = (act if kind == FORWARD else grad)[i][c * m + u]
             if ready != ready:  # NaN: the input has not been produced yet
                 break
             start = max(stage_free[i], ready)
-            end = start + (fwd_list[i] if kind == FORWARD else bwd_list[i])
+            end = start + (fwd_list[i][c] if kind == FORWARD else bwd_list[i][c])
             stage_free[i] = end
             cursor[i] += 1
             if record:
-                events.append(OpRecord(i, u, kind, start, end))
+                events.append(OpRecord(i, u, kind, start, end, c))
             neighbour = None  # the stage this op's message wakes up, if any
             if kind == FORWARD and i + 1 < s:
-                act_arrival[i + 1][u] = fwd_ch[i].send(end)
+                act[i + 1][c * m + u] = fwd_ch[i].send(end)
                 neighbour = i + 1
+            elif kind == FORWARD and c + 1 < v:  # round c + 1 starts at stage 0
+                act[0][(c + 1) * m + u] = fwd_ch[s - 1].send(end)
+                neighbour = 0
             elif kind == BACKWARD and i > 0:
-                grad_arrival[i - 1][u] = bwd_ch[i - 1].send(end)
+                grad[i - 1][c * m + u] = bwd_ch[i - 1].send(end)
                 neighbour = i - 1
+            elif kind == BACKWARD and c > 0:  # round c - 1's backward ends at stage S-1
+                grad[s - 1][(c - 1) * m + u] = bwd_ch[s - 1].send(end)
+                neighbour = s - 1
             if neighbour is not None and not queued[neighbour]:
                 queue.append(neighbour)
                 queued[neighbour] = True
-    if any(cursor[i] < len(ops[i]) for i in range(s)):  # cannot happen for a valid 1F1B order
+    if any(cursor[i] < len(ops[i]) for i in range(s)):  # cannot happen for a valid order
         raise RuntimeError("1F1B schedule deadlocked; op order is inconsistent")
     return SimulationResult(
         makespan_s=float(max(stage_free)),  # every stage ends on a backward
-        stage_busy_s=m * (fwd + bwd),
+        stage_busy_s=m * (fwd + bwd).sum(axis=1),
         link_busy_s=np.array([ch.busy for ch in fwd_ch], dtype=float),
         events=tuple(sorted(events, key=lambda e: (e.start, e.stage))) if record else None,
     )

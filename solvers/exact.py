@@ -233,6 +233,9 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     carries on as ``state`` if the run stops short again."""
     settings = settings or ExactSettings(engine=engine, threads=threads, time_limit=time_limit,
                                          solve_limit=solve_limit)
+    if instance.search.virtual_stages != (1,):  # a front is exact only for what it searched
+        raise InputError(f"search.virtual_stages {list(instance.search.virtual_stages)}: the "
+                         f"exact engines search plain 1F1B plans (virtual_stages 1) only")
     start = time.perf_counter()
     # The time limit covers the whole run: seeding (at most half of it), the sweep and the
     # bounds of the front.

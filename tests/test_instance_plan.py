@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -180,7 +181,10 @@ def test_plan_bad_domain(generated: Instance, domain: Any, message: str) -> None
 @pytest.mark.parametrize(("change", "message"), [
     ({"schema": "xdsched.plan/0"}, f"schema must be {PLAN_SCHEMA!r}"),
     ({"dp": 0}, "dp must be >= 1"),
-    ({"schedule": "gpipe"}, "schedule must be one of ['1f1b']"),
+    ({"schedule": "gpipe"}, "schedule must be one of ['1f1b', 'interleaved-1f1b']"),
+    ({"virtual_stages": 2}, "virtual_stages needs schedule 'interleaved-1f1b'"),
+    ({"schedule": "interleaved-1f1b"}, "virtual_stages is missing"),
+    ({"schedule": "interleaved-1f1b", "virtual_stages": 1}, "virtual_stages must be >= 2"),
     ({"stages": []}, "stages must have at least 1 entries"),
     ({"extra": True}, "extra is not a known field"),
 ])
@@ -188,6 +192,14 @@ def test_plan_bad_fields(generated: Instance, change: dict[str, Any], message: s
     with pytest.raises(InputError) as info:
         Plan.from_dict({**_plan_doc(1), **change}, generated)
     assert message in str(info.value)
+
+
+def test_interleaved_plan_round_trip(generated: Instance, sample_plans: list[Plan]) -> None:
+    plan = dataclasses.replace(sample_plans[0], virtual_stages=3)
+    document = plan.to_dict(generated)
+    assert document["schedule"] == "interleaved-1f1b" and document["virtual_stages"] == 3
+    assert Plan.from_dict(document, generated) == plan
+    assert "virtual_stages" not in sample_plans[0].to_dict(generated)  # 1F1B as before
 
 
 def test_plan_stage_field_path(generated: Instance) -> None:

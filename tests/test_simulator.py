@@ -183,7 +183,8 @@ def test_closed_form_comparison_report() -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("forward_s", np.array([[1.0]])), ("backward_s", np.array([1.0, 2.0, 3.0])),
+    ("forward_s", np.ones((2, 3))), ("backward_s", np.array([1.0, 2.0, 3.0])),
+    ("virtual_stages", 0), ("num_micro_batches", 3.5),
     ("transfer_bytes", np.array([-1.0])), ("bandwidth_Bps", np.array([0.0])),
     ("latency_s", np.array([np.nan])), ("num_micro_batches", 0),
     ("bandwidth_factor", np.ones((3, 2))), ("latency_factor", -np.ones((3, 1))),
@@ -205,3 +206,44 @@ def test_last_bandwidth_factor_must_be_positive() -> None:
     # F0 ends at 1; the link is down until t = 2, so 1 B at 1 B/s arrives at 3; stage 1 runs
     # [3, 5]; the gradient arrives at 6; stage 0's backward ends at 7.
     assert simulate_pipeline(outage).makespan_s == pytest.approx(7.0)
+
+
+# -- interleaved 1F1B -------------------------------------------------------------------------
+@pytest.mark.parametrize(("stages", "chunks", "m"), [(2, 2, 4), (4, 2, 8), (4, 3, 8),
+                                                      (8, 4, 16), (4, 2, 4)])
+def test_interleaved_makespan_is_megatrons_without_communication(stages: int, chunks: int,
+                                                                 m: int) -> None:
+    """SC'21 section 2.2: with v chunks per stage the bubble shrinks v-fold, a step of
+    identical stages takes (m + (S - 1) / v) (f + b)."""
+    links = stages  # the boundaries and the wrap-around
+    spec = PipelineSpec(forward_s=np.ones(stages), backward_s=np.full(stages, 2.0),
+                        transfer_bytes=np.zeros(links), bandwidth_Bps=np.ones(links),
+                        latency_s=np.zeros(links), num_micro_batches=m, virtual_stages=chunks)
+    assert simulate_pipeline(spec).makespan_s == pytest.approx((m + (stages - 1) / chunks) * 3)
+
+
+def test_interleaved_ops_follow_megatrons_order() -> None:
+    """Each stage runs every chunk of every micro-batch once, forwards in rounds of S
+    micro-batches per chunk, and every forward chunk after its input arrived."""
+    spec = PipelineSpec(forward_s=np.ones(3), backward_s=np.full(3, 2.0),
+                        transfer_bytes=np.ones(3), bandwidth_Bps=np.full(3, 4.0),
+                        latency_s=np.full(3, 0.1), num_micro_batches=6, virtual_stages=2)
+    events = simulate_pipeline(spec, record=True).events
+    for stage in range(3):
+        mine = [e for e in events if e.stage == stage]
+        assert len(mine) == 2 * 6 * 2
+        forwards = [(e.chunk, e.micro_batch) for e in mine if e.kind == "F"]
+        assert forwards[:6] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    ends = {(e.stage, e.chunk, e.micro_batch, e.kind): e for e in events}
+    for e in events:
+        if e.kind == "F" and e.stage == 0 and e.chunk == 1:  # waits for the wrap-around
+            assert e.start >= ends[(2, 0, e.micro_batch, "F")].end + 0.25 + 0.1
+
+
+@pytest.mark.parametrize(("stages", "m"), [(1, 4), (3, 4)])
+def test_interleaving_needs_stages_and_whole_rounds(stages: int, m: int) -> None:
+    spec = PipelineSpec(forward_s=np.ones(stages), backward_s=np.ones(stages),
+                        transfer_bytes=np.zeros(stages), bandwidth_Bps=np.ones(stages),
+                        latency_s=np.zeros(stages), num_micro_batches=m, virtual_stages=2)
+    with pytest.raises(ValueError, match="interleaving needs S >= 2 stages and micro-batches"):
+        simulate_pipeline(spec)
