@@ -15,8 +15,10 @@ import pytest
 
 COMMANDS = ["instances.generate", "instances.sample", "instances.suites",
             "formulation.evaluate", "solvers.exact", "solvers.bruteforce", "solvers.nsga2",
-            "solvers.baselines", "rl.decide", "rl.train", "evaluation.pareto_coverage"]
-REPORTING = set(COMMANDS) - {"formulation.evaluate"}  # its output is its only print
+            "solvers.baselines", "rl.decide", "rl.train", "evaluation.pareto_coverage",
+            "formulation.calibration"]
+# their output is their only print
+REPORTING = set(COMMANDS) - {"formulation.evaluate", "formulation.calibration"}
 RETIRED = {"--jobs", "--threads-per-job", "--processes", "--verbose-level"}
 
 

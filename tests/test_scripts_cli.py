@@ -25,7 +25,6 @@ SCRIPTS = ROOT / "scripts"
 NAMES = sorted(path.stem for path in SCRIPTS.glob("*.py") if not path.stem.startswith("_"))
 QUICK_FRONTS = ROOT / "instances" / "fronts" / "quick"
 QUICK_NAME = "cn-hubs-k5-llama2-13b-s100"
-TABLE = ROOT / "tests" / "data" / "megatron_sc21_table1.csv"
 _MODULES: dict[str, ModuleType] = {}
 
 
@@ -73,22 +72,6 @@ def _places(tmp: Path) -> dict[str, str]:
         (tmp / name / "records.json").write_text(json.dumps(document), encoding="utf-8")
     (tmp / "res-garbled").mkdir()
     (tmp / "res-garbled" / "records.json").write_text("[", encoding="utf-8")
-    lines = TABLE.read_text(encoding="utf-8").splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("params_b"))
-    first = lines[header + 1].split(",")  # 1.7,24,2304,24,1,1,32,512,137,44
-
-    def table(name: str, row: list[str] | None, head: str = lines[header]) -> None:
-        body = [head] + ([",".join(row)] if row is not None else [])
-        (tmp / name).write_text("\n".join(body) + "\n", encoding="utf-8")
-
-    table("no-column.csv", first[1:], head=lines[header].split(",", 1)[1])
-    table("bad-value.csv", [*first[:4], "x", *first[5:]])
-    table("zero-tp.csv", [*first[:4], "0", *first[5:]])
-    table("not-multiple.csv", [*first[:4], "2", first[5], "33", *first[7:]])
-    table("short-row.csv", first[:3])
-    table("no-rows.csv", None)
-    table("good.csv", first)
-    (tmp / "binary.csv").write_bytes(b"\xff\xfe\x00params")
     return {"tmp": str(tmp), "missing": str(tmp / "missing.json"),
             "missing_dir": str(tmp / "no-such-dir"), "quick_fronts": str(QUICK_FRONTS)}
 
@@ -138,15 +121,6 @@ BAD = [
     ("bench_hippo", ["--model", "nosuch"], r"--model: unknown model 'nosuch'"),
     ("bench_hippo", ["--checkpoint", "{missing}"], r"checkpoint '.*missing.json': no such"),
     ("bench_hippo", ["--checkpoint", "{tmp}/garbled.pt"], r"not a Hi-PPO checkpoint"),
-    ("calibration", ["--table", "{missing}"], r"calibration table file '.*missing.json'"),
-    ("calibration", ["--table", "{tmp}/binary.csv"], r"is not UTF-8"),
-    ("calibration", ["--table", "{tmp}/empty"], r"is a directory"),
-    ("calibration", ["--table", "{tmp}/no-column.csv"], r"has no column 'params_b'"),
-    ("calibration", ["--table", "{tmp}/bad-value.csv"], r"row 1: tp must be an integer"),
-    ("calibration", ["--table", "{tmp}/zero-tp.csv"], r"row 1: tp must be >= 1"),
-    ("calibration", ["--table", "{tmp}/not-multiple.csv"], r"row 1: gpus 33 is not a multiple"),
-    ("calibration", ["--table", "{tmp}/short-row.csv"], r"row 1: layers must be an integer"),
-    ("calibration", ["--table", "{tmp}/no-rows.csv"], r"has no rows"),
     ("closed_form_vs_simulation", ["--suite", "zzz"], r"--suite: invalid choice"),
     ("closed_form_vs_simulation", ["--plans", "-1"], r"--plans must be in"),
     ("closed_form_vs_simulation", ["--chains", "x"], r"--chains must be an integer"),
@@ -196,8 +170,6 @@ GOOD = [
     ("bench_exact", ["--fronts", "{quick_fronts}"], rf"5 {QUICK_NAME} +15 +exact"),
     ("bench_heuristics", ["--methods", "single-domain", "--match", "k5-llama2-13b"],
      r"mean over instances"),
-    ("calibration", ["--table", "{tmp}/good.csv"], r"max \|error\|"),
-    ("calibration", ["--fit"], r"^max \|error\| [\d.]+%: \{'matmul_eta_max'"),
     ("closed_form_vs_simulation", ["--suite", "quick", "--plans", "1", "--chains", "0"],
      r"6 plans on 6 instances of 'quick'"),
     ("compare_fronts", ["{quick_fronts}", "{quick_fronts}", "--suite", "quick"],
@@ -245,13 +217,13 @@ def test_tiny_valid_run_exits_0(name: str, argv: list[str], expected: str, tmp_p
 
 
 def test_an_interrupt_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch) -> None:
-    module = _script("calibration")
+    module = _script("closed_form_vs_simulation")
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(module, "calibrate_row", interrupted)
-    status, _, stderr = _run("calibration", [])
+    monkeypatch.setattr(module, "compare_suite", interrupted)
+    status, _, stderr = _run("closed_form_vs_simulation", [])
     assert status == 130
     assert stderr.strip().splitlines() == ["interrupted"]
 
@@ -287,4 +259,4 @@ def test_every_flag_is_bounded_and_explained(name: str,
 
 def test_every_script_is_covered() -> None:
     assert {n for n, _, _ in BAD} == set(NAMES)
-    assert len(NAMES) == 13
+    assert len(NAMES) == 12  # the calibration is python -m formulation.calibration
