@@ -82,6 +82,8 @@ COLUMNS: dict[str, tuple[str, float, float]] = {
     "tp_overlap": ("float", 0, 1), "dp_overlap": ("float", 0, 1),
     "metric": ("str", 0, 0), "published": ("float", 0, 1e7),
 }
+MODEL_COLUMNS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len",
+                 "gated_mlp", "tied_embeddings")
 STRING_CHOICES = {"gpu": tuple(GPUS), "recompute": RECOMPUTE_MODES,
                   "attention": ATTENTION_KERNELS, "metric": METRICS}
 
@@ -93,15 +95,7 @@ class PublishedRun:
     source: str
     label: str
     gpu: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    ffn: int
-    vocab: int
-    seq_len: int
-    gated_mlp: bool
-    tied_embeddings: bool
+    model: ModelSpec  # from the columns of MODEL_COLUMNS, named by the label
     tp: int
     pp: int
     vp: int
@@ -176,8 +170,9 @@ def read_table(path: str | Path) -> list[PublishedRun]:
         if number > MAX_ROWS:
             raise InputError(f"{where} has more than {MAX_ROWS:,} rows")
         at = f"{where} row {number}"
-        row = PublishedRun(source=Path(path).stem,
-                           **{c: _value(record.get(c), c, at) for c in COLUMNS})
+        values = {c: _value(record.get(c), c, at) for c in COLUMNS}
+        model = ModelSpec(name=values["label"], **{c: values.pop(c) for c in MODEL_COLUMNS})
+        row = PublishedRun(source=Path(path).stem, model=model, **values)
         _check_layout(row, at)
         rows.append(row)
     if not rows:
@@ -193,10 +188,11 @@ def _check_layout(row: PublishedRun, at: str) -> None:
     if all(row.global_batch % (row.dp * b) for b in sizes):
         raise InputError(f"{at}: global_batch {row.global_batch} is not a multiple of dp "
                          f"{row.dp} x micro_batch {sizes if len(sizes) > 1 else sizes[0]}")
-    if row.pp * row.vp > row.layers:
+    model = row.model
+    if row.pp * row.vp > model.layers:
         raise InputError(f"{at}: pp x vp = {row.pp * row.vp} model chunks exceed layers "
-                         f"{row.layers}")
-    if row.hidden % row.heads or row.heads % row.kv_heads:
+                         f"{model.layers}")
+    if model.hidden % model.heads or model.heads % model.kv_heads:
         raise InputError(f"{at}: heads must divide hidden and kv_heads must divide heads")
 
 
@@ -210,16 +206,13 @@ def run_instance(row: PublishedRun) -> Instance:
     """The published run's cluster as a one-domain instance; its network runs at the GPU's
     NIC rate (a DGX's one NIC per GPU)."""
     gpu = GPUS[row.gpu]
-    model = ModelSpec(name=row.label, layers=row.layers, hidden=row.hidden, heads=row.heads,
-                      kv_heads=row.kv_heads, ffn=row.ffn, vocab=row.vocab, seq_len=row.seq_len,
-                      gated_mlp=row.gated_mlp, tied_embeddings=row.tied_embeddings)
     domain = Domain(name="cluster", gpus=row.gpus, free_gpus=row.gpus,
                     intra_bandwidth_gbps=gpu.nic_gbps, intra_latency_ms=0.005)
     zero = np.zeros((1, 1))
     sizes = (row.micro_batch,) if row.micro_batch else MICRO_BATCH_CANDIDATES
     return Instance(
         name=f"{row.source}-{row.label}".replace(" ", "-"), gpu=gpu, domains=(domain,),
-        links=Links(zero, zero, zero), model=model,
+        links=Links(zero, zero, zero), model=row.model,
         training=Training(global_batch=row.global_batch, zero_stage=row.zero_stage,
                           attention=row.attention, tp_overlap=row.tp_overlap,
                           dp_overlap=row.dp_overlap),
@@ -229,7 +222,7 @@ def run_instance(row: PublishedRun) -> Instance:
 
 
 def run_plan(row: PublishedRun, micro_batch: int) -> Plan:
-    per_stage, extra = divmod(row.layers, row.pp)
+    per_stage, extra = divmod(row.model.layers, row.pp)
     stages = tuple(Stage(domain=0, layers=per_stage + (1 if j < extra else 0), tp=row.tp,
                          recompute=row.recompute) for j in range(row.pp))
     return Plan(dp=row.dp, micro_batch=micro_batch, stages=stages, virtual_stages=row.vp)

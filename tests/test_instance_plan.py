@@ -237,9 +237,10 @@ SC21 = read_set("megatron_sc21_table1")
 def test_gpt_family_matches_sc21_table1(row) -> None:
     """Same shapes as the paper's rows; sizes within 3 % of the table, which rounds to 0.1 B
     (1.7 B is 1.65 B: the paper also counts position embeddings and biases)."""
-    (model,) = [m for m in MODELS.values()
-                if m.name.startswith("gpt-") and (m.layers, m.hidden) == (row.layers, row.hidden)]
-    assert model.heads == row.heads and model.ffn == 4 * row.hidden and model.seq_len == 2048
+    (model,) = [m for m in MODELS.values() if m.name.startswith("gpt-")
+                and (m.layers, m.hidden) == (row.model.layers, row.model.hidden)]
+    assert model.heads == row.model.heads and model.ffn == 4 * row.model.hidden
+    assert model.seq_len == 2048
     params_b = float(row.label.removeprefix("gpt-").removesuffix("b"))
     assert abs(model.total_params / 1e9 - params_b) <= 0.03 * params_b + 0.05
 
