@@ -210,11 +210,14 @@ class Links:
 
 
 ATTENTION_KERNELS = ("eager", "flash")
-# Fields added after instances were first hashed (Instance.content_hash): the hash leaves
-# them out while they keep their defaults, so that a front computed before they existed
-# still matches its instance, which states the same as it did then.
-LATER_FIELDS = {"training": ("attention", "tp_overlap", "dp_overlap"),
-                "search": ("virtual_stages",)}
+# Fields added after instances were first hashed (Instance.content_hash), with the value every
+# instance had before they existed: the hash leaves a field out while it holds that value, so
+# a front computed before the field existed still matches its instance. When a default
+# changes, an instance that does not state the field now means the new value, its hash
+# changes with it, and fronts computed for the old meaning are refused.
+LATER_FIELDS: dict[str, dict[str, Any]] = {
+    "training": {"attention": "eager", "tp_overlap": 0.0, "dp_overlap": 0.0},
+    "search": {"virtual_stages": [1]}}
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -430,12 +433,9 @@ class Instance:
         of the instance it was computed for (:class:`solvers.front.Front`)."""
         document = self.to_dict()
         document.pop("description")
-        for section, keys in LATER_FIELDS.items():  # see LATER_FIELDS
-            kind = {"training": Training, "search": SearchSpace}[section]
-            for key in keys:
-                default = kind.__dataclass_fields__[key].default
-                if document[section][key] == (list(default) if isinstance(default, tuple)
-                                              else default):
+        for section, legacy in LATER_FIELDS.items():  # see LATER_FIELDS
+            for key, value in legacy.items():
+                if document[section][key] == value:
                     del document[section][key]
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -287,3 +287,19 @@ def test_unknown_preset_lists_the_known_ones() -> None:
         model_preset("gpt-5")
     with pytest.raises(KeyError, match="A100-80GB"):
         gpu_preset("TPU")
+
+
+def test_later_fields_keep_old_hashes_only_at_their_old_values(doc: dict[str, Any]) -> None:
+    """A field added after instances were first hashed is left out of the hash while it has
+    the value every instance had before it (so old fronts still match), and counts once it
+    differs (so a front of the old meaning is refused)."""
+    base = Instance.from_dict(doc).content_hash()
+    for section, key in (("training", "attention"), ("training", "tp_overlap"),
+                         ("search", "virtual_stages")):
+        stated = json.loads(json.dumps(doc))
+        stated.setdefault(section, {})[key] = {"attention": "eager", "tp_overlap": 0.0,
+                                               "virtual_stages": [1]}[key]
+        assert Instance.from_dict(stated).content_hash() == base, key
+        stated[section][key] = {"attention": "flash", "tp_overlap": 0.5,
+                                "virtual_stages": [1, 2]}[key]
+        assert Instance.from_dict(stated).content_hash() != base, key
