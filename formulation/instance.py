@@ -242,7 +242,7 @@ class Training:
     zero_stage: int = 1  # 0 replicate, 1 shard optimizer states, 2 + gradients, 3 + weights
     memory_margin: float = 0.1  # share of HBM kept free as safety margin
     gpu_hour_usd: float = 2.0  # price of one GPU-hour, for the whole-run cost
-    attention: str = "eager"  # attention kernel: "eager" or "flash"
+    attention: str = "flash"  # attention kernel: "flash" (today's practice) or "eager" (2021)
     tp_overlap: float = 0.0  # share of tensor-parallel communication hidden by compute
     dp_overlap: float = 0.0  # share of data-parallel communication hidden by the backward
 
@@ -256,7 +256,7 @@ class Training:
             zero_stage=r.integer("zero_stage", 1, low=0, high=3),
             memory_margin=r.number("memory_margin", 0.1, low=0, high=0.9),
             gpu_hour_usd=r.number("gpu_hour_usd", 2.0, low=0, high=1e4),
-            attention=r.string("attention", "eager", choices=ATTENTION_KERNELS),
+            attention=r.string("attention", "flash", choices=ATTENTION_KERNELS),
             tp_overlap=r.number("tp_overlap", 0.0, low=0, high=1),
             dp_overlap=r.number("dp_overlap", 0.0, low=0, high=1),
         )

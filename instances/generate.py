@@ -16,6 +16,7 @@ from typing import TypeVar
 import numpy as np
 
 from formulation.instance import (
+    ATTENTION_KERNELS,
     MAX_DOMAIN_GPUS,
     MAX_DOMAINS,
     MAX_GLOBAL_BATCH,
@@ -103,10 +104,12 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
                       global_batch: int | None = None, gpu_range: tuple[int, int] = (16, 1024),
                       free_share_range: tuple[float, float] = (0.1, 0.6),
                       search: SearchSpace | None = None, domain_gpus: int | None = None,
+                      attention: str = "flash",
                       trace_length: int = 48,
                       trace_interval_s: float = 300.0, eps: float = 0.3) -> Instance:
     """Build the instance for these arguments; the same arguments always give the same one.
 
+    ``attention``: the training's attention kernel (``formulation.instance.Training``).
     ``domain_gpus``: every domain has exactly this many GPUs, all free (a one-domain
     instance with it is one cluster of that size); otherwise sizes are drawn from
     ``gpu_range`` and a share ``free_share_range`` of them is free.
@@ -114,6 +117,9 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
     The result is re-read from its own JSON form, so it equals what ``Instance.load`` returns
     for the saved file (and every field has passed the loader's validation).
     """
+    if attention not in ATTENTION_KERNELS:
+        raise InputError(f"--attention must be one of {list(ATTENTION_KERNELS)}, "
+                         f"got {attention!r}")
     if domain_gpus is not None:
         if not 1 <= domain_gpus <= MAX_DOMAIN_GPUS:
             raise InputError(f"--domain-gpus must be between 1 and {MAX_DOMAIN_GPUS:,}, "
@@ -155,7 +161,7 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
         domains=sites,
         links=links, model=model_spec,
         training=Training(global_batch=global_batch or default_global_batch(model_spec.seq_len),
-                          steps=10_000, zero_stage=1),
+                          steps=10_000, zero_stage=1, attention=attention),
         search=search or SearchSpace(), trace=dynamics)
     return Instance.from_dict(instance.to_dict())
 
@@ -178,6 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", default=DEFAULT_GPU, help="GPU preset (default %(default)s)")
     parser.add_argument("--global-batch", type=integer_arg(1, MAX_GLOBAL_BATCH), default=None,
                         help="sequences per step (default 512 if seq_len >= 4096, else 1024)")
+    parser.add_argument("--attention", choices=ATTENTION_KERNELS, default="flash",
+                        help="attention kernel of the training (default %(default)s; eager: "
+                             "the s x s scores in HBM, as in 2021)")
     parser.add_argument("--domain-gpus", type=integer_arg(1, MAX_DOMAIN_GPUS), default=None,
                         help="GPUs of every domain, all free (default: sizes log-uniform in "
                              "16-1024 GPUs, 10-60 %% free); with --domains 1, one cluster")
@@ -194,7 +203,7 @@ def _generate(args: argparse.Namespace) -> int:
     args.out = output_path(args.out)
     instance = generate_instance(args.domains, args.model, args.seed, args.topology,
                                  args.trace, gpu=args.gpu, global_batch=args.global_batch,
-                                 domain_gpus=args.domain_gpus)
+                                 domain_gpus=args.domain_gpus, attention=args.attention)
     instance.save(args.out)
     free = sum(d.free_gpus for d in instance.domains)
     total = sum(d.gpus for d in instance.domains)

@@ -38,7 +38,7 @@ def tiny_instance(seed: int, domains: int = 3, layers: int = 6, *,
                   tp: tuple[int, ...] = (1, 2), recompute: tuple[str, ...] = ("none", "full"),
                   max_stages: int = 3, free_gpus: Sequence[int] | None = None,
                   gpu: str = "A100-80GB", asymmetry: float = 0.0,
-                  constraints: Constraints | None = None) -> Instance:
+                  constraints: Constraints | None = None, attention: str = "eager") -> Instance:
     """A tiny scenario, deterministic in its arguments, named like ``tiny-k3-l6-s4``
     (``tiny-k3-l6-s4-f1-1-2`` with ``free_gpus=(1, 1, 2)``).
 
@@ -55,7 +55,9 @@ def tiny_instance(seed: int, domains: int = 3, layers: int = 6, *,
     must cross the WAN, and cross-domain plans reach the front: e.g. ``domains=4, layers=12,
     free_gpus=(1, 1, 1, 1)`` (58k plans) gives fronts of 2-5 points, most of them cross-domain.
 
-    ``gpu`` names a GPU preset; ``asymmetry`` > 0 scales each direction of every WAN link's
+    ``attention`` is the training's attention kernel: eager by default, as the committed
+    suites (the figures tests hold for tiny instances were measured so); ``gpu`` names a GPU
+    preset; ``asymmetry`` > 0 scales each direction of every WAN link's
     bandwidth, latency and price by its own factor in ``[1/(1+a), 1+a]`` (seeded by
     ``seed``), so that ``B_ij != B_ji``; ``constraints`` are SPEC 5's optional WAN share cap
     and cost budget.
@@ -70,7 +72,7 @@ def tiny_instance(seed: int, domains: int = 3, layers: int = 6, *,
     if asymmetry < 0:
         raise InputError(f"asymmetry must be >= 0, got {asymmetry}")
     base = generate_instance(BASE_DOMAINS, "7b", seed, "random", gpu=gpu, gpu_range=GPU_RANGE,
-                             free_share_range=FREE_SHARE_RANGE)
+                             free_share_range=FREE_SHARE_RANGE, attention=attention)
     kept = base.domains[:domains]
     if free_gpus is not None:
         if len(free_gpus) != domains:

@@ -39,7 +39,8 @@ def hand_instance() -> Instance:
         price_per_gb=np.array([[0.0, 0.02, 0.05], [0.02, 0.0, 0.08], [0.05, 0.08, 0.0]]),
     )
     return Instance(name="hand", gpu=GPUS["A100-80GB"], domains=domains, links=links,
-                    model=MODELS["gpt-1.7b"], training=Training(global_batch=64, zero_stage=1))
+                    model=MODELS["gpt-1.7b"],
+                    training=Training(global_batch=64, zero_stage=1, attention="eager"))
 
 
 @pytest.fixture(scope="session")
