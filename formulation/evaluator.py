@@ -59,7 +59,6 @@ from formulation.costmodel import CostModel
 from formulation.feasibility import (
     PHYSICAL,
     Facts,
-    check_micro_batches,
     outside_search,
     violation_matrix,
 )
@@ -203,17 +202,17 @@ def _check_batch(batch: PlanBatch, instance: Instance) -> None:
     if not np.isin(batch.recompute, (0, 1, 2)).all():
         raise ValueError("PlanBatch: recompute codes must be 0, 1 or 2")
     broken = np.flatnonzero(instance.training.global_batch % (batch.dp * batch.micro_batch))
-    if broken.size:
+    if broken.size:  # plans read from files are checked when read: this is a solver's bug
         i = int(broken[0])
-        check_micro_batches(instance, int(batch.dp[i]), int(batch.micro_batch[i]),
-                            f"PlanBatch row {i}")
+        raise ValueError(f"PlanBatch row {i}: dp x micro_batch = "
+                         f"{int(batch.dp[i] * batch.micro_batch[i])} does not divide "
+                         f"training.global_batch {instance.training.global_batch}")
 
 
 def evaluate_batch(instance: Instance, batch: PlanBatch,
                    model: CostModel | None = None) -> BatchEvaluation:
     """Score N plans at once. Infeasibility is reported, not rejected; a row whose
-    dp x micro_batch does not divide the global batch is no plan and raises
-    :class:`~formulation.schema.InputError`.
+    dp x micro_batch does not divide the global batch is no plan and raises ValueError.
 
     ``model`` overrides the instance's cost model (used to fit the efficiency constants)."""
     cm = model or cost_model(instance)

@@ -107,7 +107,8 @@ class Plan:
         schedule = r.string("schedule", SCHEDULES[0], choices=SCHEDULES)
         interleaved = schedule == SCHEDULES[1]
         where = f"{path}.virtual_stages" if path else "virtual_stages"
-        if not interleaved and r.raw("virtual_stages", 1) != 1:
+        if not interleaved and r.has("virtual_stages") \
+                and r.integer("virtual_stages", low=1, high=MAX_VIRTUAL_STAGES) != 1:
             raise InputError(f"{where} needs schedule {SCHEDULES[1]!r}")
         plan = Plan(dp=r.integer("dp", low=1, high=MAX_DOMAIN_GPUS),
                     micro_batch=r.integer("micro_batch", low=1, high=MAX_DOMAIN_GPUS),

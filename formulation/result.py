@@ -92,7 +92,7 @@ class Evaluation(Scores):
         return [{"domain": self.domain_names[s.domain], "layers": s.layers, "tp": s.tp,
                  "recompute": s.recompute, "gpus": self.plan.dp * s.tp,
                  "compute_s": self.stage_compute_s[j],
-                 "in_flight": int(self.stage_in_flight[j]),
+                 "in_flight": float(self.stage_in_flight[j]),
                  "memory_gb": self.stage_memory_gb[j],
                  "memory_headroom_gb": self.usable_memory_gb - self.stage_memory_gb[j]}
                 for j, s in enumerate(self.plan.stages)]

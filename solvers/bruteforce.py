@@ -98,9 +98,18 @@ def _blocks(instance: Instance) -> Iterator[_Block]:
                 yield _Block(dp, b, stages, options, compositions(layers, stages))
 
 
+def check_plain_schedules(instance: Instance) -> None:
+    """Brute force enumerates plain 1F1B plans: a space that lists interleaving is refused
+    (its front would not be exact), as :func:`solvers.exact.exact_front` refuses it."""
+    if instance.search.virtual_stages != (1,):
+        raise InputError(f"search.virtual_stages {list(instance.search.virtual_stages)}: "
+                         f"brute force enumerates plain 1F1B plans (virtual_stages 1) only")
+
+
 def count_plans(instance: Instance) -> int:
     """Exactly the number of plans :func:`enumerate_plans` yields (computed, not enumerated):
     the sum over valid (dp, micro-batch) pairs and stage counts S of O^S * C(L-1, S-1)."""
+    check_plain_schedules(instance)
     search, layers = instance.search, instance.model.layers
     total = 0
     for dp in sorted(set(search.dp)):

@@ -90,7 +90,8 @@ def check_values(tables: PairTables, solve: Solve) -> None:
     evaluation = evaluate(tables.instance, solve.plan)
     ours = (solve.values.step_time_s, solve.values.gpus, solve.values.comm_cost)
     if not evaluation.admissible:
-        raise ModelMismatch(f"plan infeasible for the evaluator: {evaluation.violations}")
+        raise ModelMismatch(f"plan not admissible for the evaluator: "
+                            f"{[str(v) for v in evaluation.violations + evaluation.mismatches]}")
     for name, a, b in zip(("step_time_s", "gpus", "comm_cost"), ours, evaluation.objectives,
                           strict=True):
         if abs(a - b) > VALUE_TOLERANCE * max(abs(b), 1e-3):

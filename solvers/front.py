@@ -245,7 +245,7 @@ class Front:
         evaluated, feasible = score(instance, [p.plan for p in self.points])
         if not feasible.all():
             raise InputError(f"points[{int(np.flatnonzero(~feasible)[0])}].plan is not "
-                             "feasible on the instance")
+                             "feasible on the instance, or lies outside its search space")
         wrong = ~np.isclose(stored, evaluated, rtol=OBJECTIVE_TOLERANCE, atol=0.0)
         if wrong.any():
             i, j = np.argwhere(wrong)[0]

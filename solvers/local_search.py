@@ -72,8 +72,11 @@ def neighbours(instance: Instance, plan: Plan) -> list[Plan]:
                                                        layers=stage.layers) == stage:
             add([*stages[:j], dataclasses.replace(stage, layers=stage.layers
                                                   + stages[j + 1].layers), *stages[j + 2:]])
-    for dp in search.dp:  # another pair
+    batch = instance.training.global_batch
+    for dp in search.dp:  # another pair (of whole micro-batches)
         for micro_batch in search.micro_batch:
+            if batch % (dp * micro_batch):
+                continue
             if (dp, micro_batch) != (plan.dp, plan.micro_batch):
                 add(stages, dp, micro_batch)
             if dp != plan.dp and all(s.tp * plan.dp % dp == 0 for s in stages):

@@ -350,7 +350,7 @@ def _closest(space: PlanEncoding, plans: list[Plan], front: np.ndarray, gap: flo
     stats.evaluations += len(plans)
     raw = evaluate_batch(space.instance, PlanBatch.from_plans(plans, space.max_stages))
     others = np.delete(raw.violation, VIOLATIONS.index("memory"), axis=1)
-    mendable = ~others.any(axis=1)
+    mendable = ~others.any(axis=1) & ~raw.outside_search
     gaps = np.where(mendable, step_time_gaps(raw.objectives, front), np.inf)
     keep = np.flatnonzero(gaps <= gap)
     if most is not None:

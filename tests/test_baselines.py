@@ -258,3 +258,18 @@ def test_cli_writes_a_front(tmp_path: Path):
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]):
     out = tmp_path / "x.json"
     assert_usage_error(run_module(MODULE, *args, "--out", out), out)
+
+
+def test_single_domain_fallback_takes_a_pair_of_whole_micro_batches():
+    """With no one-domain plan within the free GPUs, the baseline reports an attempt; its dp
+    and micro-batch divide the global batch even where the smallest dp does not."""
+    import dataclasses
+
+    from solvers.baselines.single_domain import one_domain_attempt
+
+    instance = Instance.load(QUICK[0])
+    batch = instance.training.global_batch
+    odd = next(d for d in range(3, 64) if batch % d)
+    space = dataclasses.replace(instance.search, dp=(odd, *instance.search.dp))
+    plan = one_domain_attempt(instance.replace(search=space), 0)
+    assert batch % (plan.dp * plan.micro_batch) == 0 and plan.dp != odd

@@ -262,7 +262,7 @@ def test_a_fraction_of_a_micro_batch_is_refused(hand_instance: Instance) -> None
                                              Stage(2, 12, 4, "selective")))
     with pytest.raises(InputError, match="does not divide training.global_batch"):
         evaluate(hand_instance, plan)
-    with pytest.raises(InputError, match="PlanBatch row 1: dp x micro_batch = 3"):
+    with pytest.raises(ValueError, match="PlanBatch row 1: dp x micro_batch = 3"):
         evaluate_plans(hand_instance, [FEASIBLE, plan])
     with pytest.raises(InputError, match="micro-batches a step"):
         Plan.from_dict(plan.to_dict(), hand_instance)

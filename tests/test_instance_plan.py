@@ -185,6 +185,7 @@ def test_plan_bad_domain(generated: Instance, domain: Any, message: str) -> None
     ({"virtual_stages": 2}, "virtual_stages needs schedule 'interleaved-1f1b'"),
     ({"schedule": "interleaved-1f1b"}, "virtual_stages is missing"),
     ({"schedule": "interleaved-1f1b", "virtual_stages": 1}, "virtual_stages must be >= 2"),
+    ({"virtual_stages": True}, "virtual_stages must be an integer"),
     ({"stages": []}, "stages must have at least 1 entries"),
     ({"extra": True}, "extra is not a known field"),
 ])

@@ -104,3 +104,17 @@ def test_single_and_batch_agree_on_interleaved_plans(generated: Instance) -> Non
         assert single.breakdown["period_s"] == pytest.approx(batch.period_s[i], rel=1e-12)
         assert single.derived["wan_gb_per_step"] == pytest.approx(batch.wan_gb_per_step[i],
                                                                   rel=1e-12)
+
+
+def test_brute_force_and_the_exact_sweep_refuse_interleaved_spaces() -> None:
+    """A front is exact only for what it searched: both enumerate plain 1F1B alone."""
+    from formulation.schema import InputError
+    from instances.tiny import tiny_instance
+    from solvers.bruteforce import brute_force_front
+    from solvers.exact import exact_front
+
+    tiny = tiny_instance(3)
+    wide = tiny.replace(search=dataclasses.replace(tiny.search, virtual_stages=(1, 2)))
+    for solve in (brute_force_front, exact_front):
+        with pytest.raises(InputError, match="virtual_stages 1"):
+            solve(wide)

@@ -99,3 +99,15 @@ def test_an_infeasible_start_scores_minus_infinity_and_is_repaired(instance: Ins
     assert local_search(instance, outside, (1, 0, 0), scale, rounds=0) == (outside, -np.inf)
     repaired, value = local_search(instance, outside, (1, 0, 0), scale)
     assert np.isfinite(value) and evaluate_plans(instance, [repaired]).feasible[0]
+
+
+def test_neighbours_keep_whole_micro_batches(instance: Instance):
+    """Another (dp, micro-batch) pair is a neighbour only if it divides the global batch:
+    a step holds whole micro-batches, and the evaluator refuses other rows."""
+    batch = instance.training.global_batch
+    space = dataclasses.replace(instance.search, dp=(*instance.search.dp, 3))
+    odd = instance.replace(search=space)
+    plan = baseline_front(odd, "greedy").points[0].plan
+    found = neighbours(odd, plan)
+    assert found and all(batch % (p.dp * p.micro_batch) == 0 for p in found)
+    evaluate_plans(odd, found)  # every row a plan

@@ -239,14 +239,16 @@ def single_domain(instance: Instance) -> Decisions:
 def one_domain_attempt(instance: Instance, domain: int) -> Plan:
     """The plan inside ``domain`` with the most memory for the model: the largest tp that
     fits at the smallest dp, full recompute if allowed, as many stages as fit."""
-    search = instance.search
+    search, batch = instance.search, instance.training.global_batch
     free = instance.domains[domain].free_gpus
-    dp = min(search.dp)
+    # the smallest dp and micro-batch of a pair of whole micro-batches (a search space has one)
+    dp, micro_batch = min((r, b) for r in search.dp for b in search.micro_batch
+                          if batch % (r * b) == 0)
     tps = [t for t in search.tp if t <= instance.gpu.gpus_per_node
            and instance.model.heads % t == 0 and dp * t <= free] or [min(search.tp)]
     tp = max(tps)
     count = max(1, min(search.max_stages, instance.model.layers, free // (dp * tp)))
     recompute = "full" if "full" in search.recompute else search.recompute[0]
     layers = split_layers(instance.model.layers, np.ones(count))
-    return Plan(dp=dp, micro_batch=min(search.micro_batch), stages=tuple(
+    return Plan(dp=dp, micro_batch=micro_batch, stages=tuple(
         Stage(domain=domain, layers=n, tp=tp, recompute=recompute) for n in layers))
