@@ -43,6 +43,10 @@ from formulation.costmodel import CostModel, Efficiency, efficiency_for
 from formulation.evaluator import evaluate_plans
 from formulation.instance import (
     ATTENTION_KERNELS,
+    MAX_DOMAIN_GPUS,
+    MAX_GLOBAL_BATCH,
+    MAX_LAYERS,
+    MAX_STAGES,
     RECOMPUTE_MODES,
     Domain,
     Instance,
@@ -51,7 +55,7 @@ from formulation.instance import (
     SearchSpace,
     Training,
 )
-from formulation.plan import Plan, Stage
+from formulation.plan import MAX_TP, MAX_VIRTUAL_STAGES, Plan, Stage
 from formulation.presets import GPUS
 from formulation.schema import (
     CliParser,
@@ -71,13 +75,13 @@ MAX_ROWS = 10_000
 # column -> (kind, low, high); kinds: int, float, bool, str (choices in STRING_CHOICES)
 COLUMNS: dict[str, tuple[str, float, float]] = {
     "label": ("str", 0, 0), "gpu": ("str", 0, 0),
-    "layers": ("int", 1, 100_000), "hidden": ("int", 1, 1_000_000),
+    "layers": ("int", 1, MAX_LAYERS), "hidden": ("int", 1, 1_000_000),
     "heads": ("int", 1, 100_000), "kv_heads": ("int", 1, 100_000),
     "ffn": ("int", 1, 10_000_000), "vocab": ("int", 1, 10_000_000),
     "seq_len": ("int", 1, 10_000_000), "gated_mlp": ("bool", 0, 0),
-    "tied_embeddings": ("bool", 0, 0), "tp": ("int", 1, 1_024), "pp": ("int", 1, 10_000),
-    "vp": ("int", 1, 64), "gpus": ("int", 1, 10_000_000),
-    "global_batch": ("int", 1, 100_000_000), "micro_batch": ("int", 0, 100_000),
+    "tied_embeddings": ("bool", 0, 0), "tp": ("int", 1, MAX_TP), "pp": ("int", 1, MAX_STAGES),
+    "vp": ("int", 1, MAX_VIRTUAL_STAGES), "gpus": ("int", 1, MAX_DOMAIN_GPUS),
+    "global_batch": ("int", 1, MAX_GLOBAL_BATCH), "micro_batch": ("int", 0, 100_000),
     "recompute": ("str", 0, 0), "attention": ("str", 0, 0), "zero_stage": ("int", 0, 3),
     "tp_overlap": ("float", 0, 1), "dp_overlap": ("float", 0, 1),
     "metric": ("str", 0, 0), "published": ("float", 0, 1e7),

@@ -61,12 +61,12 @@ EFFICIENCY = Efficiency()
 # largest relative error over the generation's calibration rows). A100: the constants above,
 # fitted on Megatron-LM SC'21 Table 1 (Korthikanti et al. 2022 is held out and lands within
 # 6.9 %). H100: fitted on NVIDIA's DGX Cloud BF16 recipes (Megatron-Core, FlashAttention,
-# overlapped communication): a large GEMM reaches a smaller share of the H100's 3.2x larger
-# peak, streaming kernels a larger share of its HBM3. A GPU without its own constants (the
-# Ascend 910B) uses the A100's, uncalibrated.
+# overlapped communication): its GEMMs reach a smaller share of a 3.2x larger peak, and
+# thinner ones sooner fall off it. Constants are looked up by the GPU's name: a GPU without
+# its own (the Ascend 910B, or one of another name) uses the A100's, uncalibrated.
 EFFICIENCY_BY_GPU: dict[str, Efficiency] = {
     "A100-80GB": EFFICIENCY,
-    "H100-80GB": Efficiency(matmul_eta_max=0.60, matmul_half_dim=56.0, hbm_efficiency=0.90,
+    "H100-80GB": Efficiency(matmul_eta_max=0.65, matmul_half_dim=96.0, hbm_efficiency=0.70,
                             collective_efficiency=0.65),
 }
 

@@ -27,20 +27,26 @@ holds L micro-batches), so::
     P      >= max over windows W of consecutive model chunks (S v of them, chunk i on
               stage i % S, the wrap joining one round's last stage to the next round's first)
               (sum_W c + 2 v sum_W delta) / (2 |W| - 1)
-    T_pipe  = max((m - 1) P + sum c / v + (1 - 1/v) P + 2 (sum delta + (v-1)/v delta_wrap),
+    T_pipe  = max((m - 1) P + sum c / v + (1 - 1/v) P + 2 (v sum delta + (v - 1) delta_wrap),
                   sum c + 2 (v sum delta + (v - 1) delta_wrap))
 
-the second term being one micro-batch's own path through every chunk and crossing; a long
+the fill and drain paying every crossing of one micro-batch's path (the first micro-batch's
+forward and the last one's backward cross each boundary v times with nothing to overlap
+them), the second term being that micro-batch's own path through every chunk; a long
 window's bound tends to one lap of the ring, ``(sum c + 2 v (sum delta + delta_wrap)) /
 (2 S)``. For windows inside one round the cycle is exact; a window across the wrap closes
-only for some micro-batches of a group (the wrap is taken between rounds), so its bound is
-conservative.
-Against the event simulation (``scripts/closed_form_vs_simulation.py --virtual-stages V``)
-it is exact on uniform pipelines without communication (Megatron's ``(m + (S-1)/v)``
-makespan) and looser than plain 1F1B's over the WAN, where a link carries v messages a
-period and queueing between them is not in the closed form (README). A stage's activations
-are those of ``(2 q + (v - 1) S + 1) / v`` micro-batches, q its position from the end
-(Korthikanti et al. 2022, section 4.2.3: ``S (1 + (S - 1) / (S v))`` on the first stage).
+only for some micro-batches of a group (the wrap is taken between rounds), where its bound
+overestimates. Against the event simulation (``scripts/closed_form_vs_simulation.py
+--virtual-stages V``) the closed form is exact on uniform pipelines without communication
+(Megatron's ``(m + (S-1)/v)`` makespan) and looser than plain 1F1B's over the WAN (README):
+the stage-level compute ``c`` stands for a chunk's forward and backward alike, where cycles
+crossing the wrap in one direction weigh them apart, and a link's v messages a period may
+queue. The schedule is Megatron-Core's (no all-forward special case when m = S), and the
+wrap-around's gradients and a forward boundary's activations on the same pair of domains
+are separate channels, as two boundaries of a plain plan on one pair are. A stage's
+activations are those of ``(2 q + (v - 1) S + 1) / v`` micro-batches, q its position from
+the end (Korthikanti et al. 2022, section 4.2.3: ``S (1 + (S - 1) / (S v))`` on the first
+stage).
 An interleaved plan needs S >= 2, at least v layers per stage and micro-batches a multiple
 of S (violation ``schedule``).
 
@@ -335,23 +341,22 @@ def interleaved_windows(compute: np.ndarray, delay: np.ndarray, wrap_delay: np.n
     row's ``stages``. Windows starting in a later round repeat those of the first, so they
     start in the first."""
     n, width = compute.shape
-    rows = np.arange(n)
-    ring_delay = np.zeros((n, width))  # ring_delay[:, j]: the crossing after stage j
-    ring_delay[:, :width - 1] = delay
-    ring_delay[rows, stages - 1] = wrap_delay
-    ring_delay *= 2 * virtual_stages[:, None]
-    stages = np.maximum(stages, 1)
-    chain = stages * virtual_stages  # model chunks of each row
     best = compute.max(axis=1, initial=0.0)
-    for start in range(width):
-        total = np.zeros(n)
-        for length in range(1, int(chain.max(initial=1)) - start + 1):
-            stage = (start + length - 1) % stages
-            valid = (start < stages) & (start + length <= chain)
-            total = total + np.where(valid, compute[rows, stage], 0.0)
-            if length > 1:  # the crossing into the window's last chunk
-                total = total + np.where(valid, ring_delay[rows, (stage - 1) % stages], 0.0)
-            best = np.where(valid, np.maximum(best, total / (2 * length - 1)), best)
+    for i in range(n):  # interleaved rows are few; each is one matrix of windows
+        count, v = max(int(stages[i]), 1), int(virtual_stages[i])
+        ring_delay = np.zeros(count)  # the crossing after each stage, the wrap after the last
+        ring_delay[:count - 1] = delay[i, :count - 1]
+        ring_delay[count - 1] = wrap_delay[i]
+        chunk_compute = np.tile(compute[i, :count], v)  # chunk j on stage j % S
+        crossing = np.tile(2 * v * ring_delay, v)
+        compute_before = np.concatenate([[0.0], np.cumsum(chunk_compute)])
+        crossings_before = np.concatenate([[0.0], np.cumsum(crossing)])
+        start = np.arange(count)[:, None]  # later rounds repeat the first's windows
+        end = np.arange(count * v)[None, :]
+        total = (compute_before[end + 1] - compute_before[start]
+                 + crossings_before[end] - crossings_before[start])
+        ratio = np.where(end >= start, total / (2 * (end - start) + 1), 0.0)
+        best[i] = max(best[i], float(ratio.max()))
     return best
 
 
@@ -362,8 +367,8 @@ def pipeline_time(m, v, compute_sum, busiest, windows, round_trips, wrap_delay):
     :func:`interleaved_windows`), ``round_trips`` the ``2 sum delta`` of the boundaries.
     Scalars or arrays."""
     period = np.maximum(busiest, windows)
-    steady = ((m - 1) * period + compute_sum / v + (1 - 1 / v) * period + round_trips
-              + 2 * (v - 1) / v * wrap_delay)
+    steady = ((m - 1) * period + compute_sum / v + (1 - 1 / v) * period + v * round_trips
+              + 2 * (v - 1) * wrap_delay)
     path = compute_sum + v * round_trips + 2 * (v - 1) * wrap_delay
     return period, np.where(v == 1, (m - 1) * period + compute_sum + round_trips,
                             np.maximum(steady, path))
