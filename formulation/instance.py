@@ -27,7 +27,7 @@ from formulation.trace import Trace
 
 INSTANCE_SCHEMA = "xdsched.instance/1"
 RECOMPUTE_MODES = ("none", "selective", "full")
-MIN_DOMAINS, MAX_DOMAINS = 1, 20  # generated scenarios use 5..20
+MIN_DOMAINS, MAX_DOMAINS = 1, 20  # one domain: a single cluster; the suites use 5..20
 
 
 # Physical ranges, far beyond any real system, that keep every computation finite (a

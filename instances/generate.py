@@ -142,6 +142,8 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
                                trace_interval_s, eps) if trace else None)
 
     name = f"{topology}-k{domains}-{model_spec.name}-s{seed}"
+    if domain_gpus is not None:  # another size of the same draw
+        name += f"-g{domain_gpus}"
     if gpu_spec.name != DEFAULT_GPU:
         name += f"-{gpu_spec.name.lower()}"
     sizes = (f"{domain_gpus} GPUs each, all free" if domain_gpus is not None else

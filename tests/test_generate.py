@@ -80,7 +80,8 @@ def test_domain_count_out_of_range_is_rejected(tmp_path: Path, domains: str) -> 
 
 @pytest.mark.parametrize("domains", [1, 2])
 def test_one_cluster_of_a_given_size(tmp_path: Path, domains: int) -> None:
-    """``--domains 1 --domain-gpus N``: one cluster of exactly N GPUs, all free, no links."""
+    """``--domains 1 --domain-gpus N``: one cluster of exactly N GPUs, all free, no links,
+    named for its size."""
     out = tmp_path / "cluster.json"
     done = run_cli("--domains", str(domains), "--model", "175b", "--seed", "1",
                    "--domain-gpus", "1020", "--out", str(out))
@@ -89,6 +90,7 @@ def test_one_cluster_of_a_given_size(tmp_path: Path, domains: int) -> None:
     assert instance.num_domains == domains
     assert all(d.gpus == d.free_gpus == 1020 for d in instance.domains)  # not rounded to nodes
     assert instance.links.bandwidth_gbps.shape == (domains, domains)
+    assert instance.name.endswith("-s1-g1020")
 
 
 def test_aws10_rejects_more_than_ten_domains(tmp_path: Path) -> None:
