@@ -206,9 +206,12 @@ def _chunks(facts: Facts) -> np.ndarray:
 def _schedule_bad(facts: Facts) -> np.ndarray:
     """(N, 3) bool: an interleaved plan with one stage, a stage of fewer than v layers, or
     micro-batches that are not a multiple of the stages (Megatron-LM's interleaved order)."""
-    v, stages = _chunks(facts), facts.num_stages
-    m = facts.instance.training.global_batch // (facts.dp * facts.micro_batch)
+    v = _chunks(facts)
     interleaved = v > 1
+    if not interleaved.any():  # plain 1F1B runs any plan
+        return np.zeros((len(v), 3), dtype=bool)
+    stages = facts.num_stages
+    m = facts.instance.training.global_batch // (facts.dp * facts.micro_batch)
     return np.stack([interleaved & (stages < 2),
                      interleaved & (facts.real & (facts.layers < v[:, None])).any(axis=1),
                      interleaved & (m % np.maximum(stages, 1) != 0)], axis=1)
