@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from formulation import PlanBatch, SearchSpace, evaluate_batch
+from formulation.instance import ATTENTION_KERNELS
 from formulation.result import evaluate  # not "formulation.evaluate": also the CLI module
 from formulation.schema import CliParser, InputError, integer_arg, run_cli
 from instances.generate import generate_instance
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"random plans drawn for the batch (1..{MAX_PLANS:,})")
     parser.add_argument("--repeat", type=integer_arg(1, MAX_REPEAT), default=2_000,
                         help=f"single-plan evaluations timed per kind (1..{MAX_REPEAT:,})")
+    parser.add_argument("--attention", choices=ATTENTION_KERNELS, default="flash",
+                        help="the instance's attention kernel (default %(default)s; eager: "
+                             "the instances of the rounds before FlashAttention)")
     args = parser.parse_args(argv)
     return run_cli(lambda: _bench(args))
 
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> None:
     # Chains may use all 20 domains (max_stages 20), so long pipelines are timed too.
     instance = generate_instance(20, "70b", seed=7, topology="cn-hubs",
-                                 search=SearchSpace(max_stages=20))
+                                 search=SearchSpace(max_stages=20), attention=args.attention)
     rng = np.random.default_rng(0)
     plans = [p for p in (random_plan(instance, rng) for _ in range(args.plans)) if p]
     if not plans:

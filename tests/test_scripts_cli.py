@@ -87,6 +87,7 @@ BAD = [
     ("audit_exact", ["--threads", "0"], r"--threads must be in"),
     ("audit_exact", ["--seed-plans", "zzz"], r"--seed-plans: invalid choice"),
     ("bench_evaluator", ["--plans", "abc"], r"--plans must be an integer"),
+    ("bench_evaluator", ["--attention", "fused"], r"--attention: invalid choice: 'fused'"),
     ("bench_evaluator", ["--plans", "-5"], r"--plans must be in"),
     ("bench_evaluator", ["--plans", "10000000"], r"--plans must be in \[1, 200000\]"),
     ("bench_evaluator", ["--repeat", "0"], r"--repeat must be in"),
