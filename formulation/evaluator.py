@@ -260,14 +260,15 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     # the wrap-around boundary, last stage to first, crossed v - 1 times
     k_last, k_first = np.take_along_axis(domain, n_stages[:, None] - 1, axis=1)[:, 0], domain[:, 0]
     wrapped = v > 1
-    wrap_occupancy, wrap_delay = cm.boundary_link_terms(k_last, k_first, batch.micro_batch,
-                                                        batch.dp)
-    wrap_occupancy = np.where(wrapped, (v - 1) * wrap_occupancy, 0.0)
-    wrap_delay = np.where(wrapped, wrap_delay, 0.0)
-    wrap_traffic = np.where(wrapped, (v - 1) * cm.boundary_traffic_gb(
-        k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
-    wrap_cost = np.where(wrapped, (v - 1) * cm.boundary_cost(
-        k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
+    wrap_occupancy, wrap_delay, wrap_traffic, wrap_cost = (np.zeros(n_plans) for _ in range(4))
+    if wrapped.any():  # plain plans (nearly every batch) have no wrap-around boundary
+        occupied, delayed = cm.boundary_link_terms(k_last, k_first, batch.micro_batch, batch.dp)
+        wrap_occupancy = np.where(wrapped, (v - 1) * occupied, 0.0)
+        wrap_delay = np.where(wrapped, delayed, 0.0)
+        wrap_traffic = np.where(wrapped, (v - 1) * cm.boundary_traffic_gb(
+            k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
+        wrap_cost = np.where(wrapped, (v - 1) * cm.boundary_cost(
+            k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
 
     # Latency bound over every window of consecutive positions k..j (k = 0 is the SPEC term):
     # in 1F1B, B_k(u) -> ... -> B_j(u) -> F_j(u+j+1) -> ... -> F_k(u+j+1) -> B_k(u+j-k+1) is
