@@ -34,9 +34,8 @@ T = TypeVar("T")
 def one_domain_view(instance: Instance) -> Instance:
     """The instance reduced to its domain with the most free GPUs (first on ties)."""
     k = int(np.argmax([d.free_gpus for d in instance.domains]))
-    empty = np.zeros((1, 1))
     return instance.replace(name=f"{instance.name}/one-domain", domains=(instance.domains[k],),
-                            links=Links(empty, empty, empty, instance.links.eps), trace=None)
+                            links=Links.none(instance.links.eps), trace=None)
 
 
 def timed_decisions(decide: Callable[[], T], repeats: int) -> tuple[list[T], list[float]]:

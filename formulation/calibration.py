@@ -212,11 +212,10 @@ def run_instance(row: PublishedRun) -> Instance:
     gpu = GPUS[row.gpu]
     domain = Domain(name="cluster", gpus=row.gpus, free_gpus=row.gpus,
                     intra_bandwidth_gbps=gpu.nic_gbps, intra_latency_ms=0.005)
-    zero = np.zeros((1, 1))
     sizes = (row.micro_batch,) if row.micro_batch else MICRO_BATCH_CANDIDATES
     return Instance(
         name=f"{row.source}-{row.label}".replace(" ", "-"), gpu=gpu, domains=(domain,),
-        links=Links(zero, zero, zero), model=row.model,
+        links=Links.none(), model=row.model,
         training=Training(global_batch=row.global_batch, zero_stage=row.zero_stage,
                           attention=row.attention, tp_overlap=row.tp_overlap,
                           dp_overlap=row.dp_overlap),

@@ -130,11 +130,10 @@ class CostModel:
         return dim / (dim + self.eff.matmul_half_dim)
 
     def matmul_time(self, m: float, k: float, n: float, count: float = 1.0) -> float:
-        """``count`` independent (m x k) @ (k x n) products on one GPU."""
-        flops = 2.0 * m * k * n * count
-        eta = self.eff.matmul_eta_max * self._sat(m) * self._sat(k) * self._sat(n)
+        """``count`` independent (m x k) @ (k x n) products on one GPU: the slower of their
+        compute and their operands' and result's HBM traffic."""
         bytes_moved = BYTES_PER_VALUE * (m * k + k * n + m * n) * count
-        return max(flops / (self.peak * eta), bytes_moved / self.hbm_bw)
+        return max(self.matmul_compute_time(m, k, n, count), bytes_moved / self.hbm_bw)
 
     def stream_time(self, bytes_moved: float) -> float:
         return bytes_moved / self.hbm_bw
@@ -156,8 +155,9 @@ class CostModel:
         return self.instance.training.attention == "flash"
 
     def matmul_compute_time(self, m: float, k: float, n: float, count: float = 1.0) -> float:
-        """The compute side of :meth:`matmul_time` alone: a fused kernel whose operands and
-        result stay on chip."""
+        """The compute side of :meth:`matmul_time` alone (a fused kernel's, whose operands and
+        result stay on chip): FLOPs at the shape's share ``eta_max sat(m) sat(k) sat(n)`` of
+        the peak."""
         eta = self.eff.matmul_eta_max * self._sat(m) * self._sat(k) * self._sat(n)
         return 2.0 * m * k * n * count / (self.peak * eta)
 

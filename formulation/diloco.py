@@ -163,7 +163,9 @@ def evaluate_diloco(instance: Instance, plan: DilocoPlan) -> DilocoEvaluation:
                   domain_gpus=np.zeros((1, instance.num_domains)),
                   occupancy=np.array([[sync_s / plan.sync_every]]),
                   wan=np.array([[count > 1]]), period=np.array([step]),
-                  comm_cost=np.array([comm_cost]), ring=True)
+                  comm_cost=np.array([comm_cost]), link_from=np.zeros((1, 1), dtype=np.int64),
+                  link_to=np.zeros((1, 1), dtype=np.int64),
+                  virtual_stages=np.ones(1, dtype=np.int64), ring=True)
     for rule in (WAN_CAP_RULE, COST_BUDGET_RULE):
         if rule.test(facts)[0]:
             violations += [Violation(rule.kind, message)

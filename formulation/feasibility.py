@@ -102,9 +102,9 @@ class Facts:
     wan: np.ndarray  # (N, B) whether the boundary crosses a WAN link
     period: np.ndarray  # (N,) the time the occupancy is a share of
     comm_cost: np.ndarray  # (N,) USD per step
-    link_from: np.ndarray | None = None  # (N, B) the domains a boundary joins (None: stage
-    link_to: np.ndarray | None = None  # j to stage j + 1)
-    virtual_stages: np.ndarray | None = None  # (N,) model chunks per stage (None: all 1)
+    link_from: np.ndarray  # (N, B) the domains a boundary joins
+    link_to: np.ndarray  # (N, B)
+    virtual_stages: np.ndarray  # (N,) model chunks per stage
     ring: bool = False  # the one "boundary" is a DiLoCo sync ring, busy a share of the step
 
     @property
@@ -179,10 +179,8 @@ def _explain_wan_cap(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
 
 
 def _link(facts: Facts, i: int, j: int, names: Sequence[str]) -> str:
-    if facts.link_from is None:
-        return f"{names[facts.domain[i, j]]!r}->{names[facts.domain[i, j + 1]]!r}"
     wrap = " (the wrap-around)" if j == facts.link_from.shape[1] - 1 \
-        and facts.virtual_stages is not None and facts.virtual_stages[i] > 1 else ""
+        and facts.virtual_stages[i] > 1 else ""
     return f"{names[facts.link_from[i, j]]!r}->{names[facts.link_to[i, j]]!r}{wrap}"
 
 
@@ -198,15 +196,10 @@ def _explain_budget(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
             f"{facts.instance.constraints.cost_budget:.4f}"]
 
 
-def _chunks(facts: Facts) -> np.ndarray:
-    return np.ones(len(facts.dp), dtype=np.int64) if facts.virtual_stages is None \
-        else facts.virtual_stages
-
-
 def _schedule_bad(facts: Facts) -> np.ndarray:
     """(N, 3) bool: an interleaved plan with one stage, a stage of fewer than v layers, or
     micro-batches that are not a multiple of the stages (Megatron-LM's interleaved order)."""
-    v = _chunks(facts)
+    v = facts.virtual_stages
     interleaved = v > 1
     if not interleaved.any():  # plain 1F1B runs any plan
         return np.zeros((len(v), 3), dtype=bool)
@@ -218,7 +211,7 @@ def _schedule_bad(facts: Facts) -> np.ndarray:
 
 
 def _explain_schedule(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    v, stages = int(_chunks(facts)[i]), int(facts.num_stages[i])
+    v, stages = int(facts.virtual_stages[i]), int(facts.num_stages[i])
     m = facts.instance.training.global_batch // int(facts.dp[i] * facts.micro_batch[i])
     bad = _schedule_bad(facts)[i]
     return [text for flag, text in zip(bad, (
@@ -262,7 +255,7 @@ def outside_search(facts: Facts) -> np.ndarray:
     search, real = facts.instance.search, facts.real
     allowed_modes = [RECOMPUTE_MODES.index(mode) for mode in search.recompute]
     return (~_member(facts.dp, search.dp) | ~_member(facts.micro_batch, search.micro_batch)
-            | ~_member(_chunks(facts), search.virtual_stages)
+            | ~_member(facts.virtual_stages, search.virtual_stages)
             | (real & ~_member(facts.tp, search.tp)).any(axis=1)
             | (real & ~_member(facts.recompute, allowed_modes)).any(axis=1)
             | (facts.num_stages > search.max_stages))
@@ -287,7 +280,7 @@ def mismatches(facts: Facts, i: int = 0) -> list[Mismatch]:
     if facts.micro_batch[i] not in search.micro_batch:
         out.append(Mismatch("micro_batch", f"micro_batch={int(facts.micro_batch[i])} is not "
                                            f"in the allowed {list(search.micro_batch)}"))
-    v = int(_chunks(facts)[i])
+    v = int(facts.virtual_stages[i])
     if v not in search.virtual_stages:
         out.append(Mismatch("virtual_stages", f"virtual_stages={v} is not in the allowed "
                                               f"{list(search.virtual_stages)}"))

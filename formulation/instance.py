@@ -203,6 +203,12 @@ class Links:
         r.finish()
         return links
 
+    @staticmethod
+    def none(eps: float = 0.3) -> Links:
+        """The links of a one-domain instance: it has none (1 x 1 matrices, unused)."""
+        zero = np.zeros((1, 1))
+        return Links(bandwidth_gbps=zero, latency_ms=zero, price_per_gb=zero, eps=eps)
+
     def to_dict(self) -> dict[str, Any]:
         return {"bandwidth_gbps": self.bandwidth_gbps.tolist(),
                 "latency_ms": self.latency_ms.tolist(),
@@ -218,7 +224,6 @@ ATTENTION_KERNELS = ("eager", "flash")
 LATER_FIELDS: dict[str, dict[str, Any]] = {
     "training": {"attention": "eager", "tp_overlap": 0.0, "dp_overlap": 0.0},
     "search": {"virtual_stages": [1]}}
-ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -396,7 +401,7 @@ class Instance:
             gpu=gpu,
             domains=domains,
             links=(Links.from_dict(r.child("links"), len(domains))
-                   if len(domains) > 1 or r.has("links") else _no_links()),
+                   if len(domains) > 1 or r.has("links") else Links.none()),
             model=ModelSpec.from_dict(_preset_reader(r, "model")),
             training=Training.from_dict(r.child("training")),
             search=search,
@@ -452,12 +457,6 @@ class Instance:
         from formulation.outputs import write_json
 
         write_json(Path(path), self.to_dict())
-
-
-def _no_links() -> Links:
-    """The links of a one-domain instance, which may leave them out: it has none."""
-    zero = np.zeros((1, 1))
-    return Links(bandwidth_gbps=zero, latency_ms=zero, price_per_gb=zero)
 
 
 def _preset_reader(r: Reader, key: str) -> Reader:

@@ -117,9 +117,6 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
     The result is re-read from its own JSON form, so it equals what ``Instance.load`` returns
     for the saved file (and every field has passed the loader's validation).
     """
-    if attention not in ATTENTION_KERNELS:
-        raise InputError(f"--attention must be one of {list(ATTENTION_KERNELS)}, "
-                         f"got {attention!r}")
     if domain_gpus is not None:
         if not 1 <= domain_gpus <= MAX_DOMAIN_GPUS:
             raise InputError(f"--domain-gpus must be between 1 and {MAX_DOMAIN_GPUS:,}, "
