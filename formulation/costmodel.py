@@ -425,16 +425,35 @@ class CostModel:
 
     # -- scalar, memoised forms for the single-plan evaluator -----------------------------
     @_cached
-    def stage_terms(self, b: int, t: int, recompute: str, dp: int, first: bool,
-                    last: bool) -> tuple[float, ...]:
-        """Per-stage coefficients, gathered in one memoised call for the hot loop:
-        (compute per layer, edge compute, state bytes per parameter, activation bytes per
-        layer, recompute workspace, logits bytes, edge parameters, recompute FLOPs per layer
-        and sequence)."""
-        return (self.layer_compute_time(b, t, recompute), self.edge_compute_time(b, t, first, last),
-                self.state_bytes_per_param(t, dp), self.layer_activation_bytes(b, t, recompute),
-                self.workspace_bytes(b, t, recompute), self.logits_bytes(b, t),
-                self.edge_params(first, last), self.recompute_flops_per_layer(1, recompute))
+    def stage_terms(self, b: int, t: int, recompute: str, dp: int, first: bool, last: bool,
+                    domain: int) -> tuple[float, ...]:
+        """A stage's coefficients in one memoised call for the single-plan evaluator's
+        loop, each term affine in the stage's layers (``per_layer * layers + fixed``):
+        (compute per layer, edge compute, memory bytes per layer, activation bytes per layer
+        and micro-batch in flight, fixed memory bytes, data-parallel seconds per layer and
+        fixed, optimizer seconds per layer and fixed, recompute FLOPs per layer and
+        sequence). Derived from the array-friendly functions above, so the two paths
+        cannot drift apart."""
+        m = self.instance.training.global_batch / (dp * b)
+        state = self.state_bytes_per_param(t, dp)
+        activation = self.layer_activation_bytes(b, t, recompute)
+        workspace, logits = self.workspace_bytes(b, t, recompute), self.logits_bytes(b, t)
+
+        def memory(layers, in_flight):
+            return self.stage_memory_bytes(layers, in_flight, state, activation, workspace,
+                                           logits, first, last)
+
+        memory_fixed = memory(0, 0)
+        per_param, allreduce_fixed = self.allreduce_coefficients(domain, t, dp, m)
+        edge_params = self.edge_params(first, last)
+        return (self.layer_compute_time(b, t, recompute),
+                self.edge_compute_time(b, t, first, last),
+                memory(1, 0) - memory_fixed, memory(1, 1) - memory(1, 0), memory_fixed,
+                float(per_param * self.layer_params),
+                float(per_param * edge_params + allreduce_fixed),
+                self.optimizer_time(self.layer_params, t, dp),
+                self.optimizer_time(edge_params, t, dp),
+                self.recompute_flops_per_layer(1, recompute))
 
     @_cached
     def boundary_terms(self, k_from: int, k_to: int, b: int, dp: int) -> tuple[float, ...]:
@@ -443,11 +462,6 @@ class CostModel:
         return (float(occupancy), float(delay),
                 float(self.boundary_traffic_gb(k_from, k_to, b, dp, 1.0)),
                 float(self.boundary_price(k_from, k_to)) if k_from != k_to else 0.0)
-
-    @_cached
-    def allreduce_seconds(self, domain: int, params: int, t: int, dp: int,
-                          micro_batches: float) -> float:
-        return float(self.allreduce_time(domain, params, t, dp, micro_batches))
 
     def optimizer_time(self, params, t, dp):
         """Adam step on a GPU's shard (ZeRO 1-3 shard it over dp). Array-friendly."""

@@ -30,18 +30,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from formulation.costmodel import BYTES_PER_VALUE, GB
-from formulation.evaluator import cost_model, derived_metrics
+from formulation.evaluator import cost_model, derived_metrics, limits
 from formulation.feasibility import (
     COST_BUDGET_RULE,
     WAN_CAP_RULE,
-    Facts,
     Kind,
+    LinkFacts,
+    PlanFacts,
+    Role,
     Violation,
     check_micro_batches,
 )
+from formulation.feasibility import violations as rule_violations
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.result import Evaluation, Scores, evaluate
@@ -156,20 +157,10 @@ def evaluate_diloco(instance: Instance, plan: DilocoPlan) -> DilocoEvaluation:
     comm_cost = sync_cost / plan.sync_every
     # The sync uses each ring link for the whole of T_sync; averaged over H steps, the same
     # WAN-share and budget rules as a pipeline's links (one "boundary": the ring).
-    facts = Facts(instance=instance, dp=np.zeros(1), micro_batch=np.zeros(1),
-                  layers=np.zeros((1, 0)), tp=np.ones((1, 0)), recompute=np.zeros((1, 0)),
-                  domain=np.zeros((1, 0), dtype=np.int64), memory=np.zeros((1, 0)),
-                  usable_memory=cm.usable_memory,
-                  domain_gpus=np.zeros((1, instance.num_domains)),
-                  occupancy=np.array([[sync_s / plan.sync_every]]),
-                  wan=np.array([[count > 1]]), period=np.array([step]),
-                  comm_cost=np.array([comm_cost]), link_from=np.zeros((1, 1), dtype=np.int64),
-                  link_to=np.zeros((1, 1), dtype=np.int64),
-                  virtual_stages=np.ones(1, dtype=np.int64), ring=True)
-    for rule in (WAN_CAP_RULE, COST_BUDGET_RULE):
-        if rule.test(facts)[0]:
-            violations += [Violation(rule.kind, message)
-                           for message in rule.explain(facts, 0, names)]
+    violations += rule_violations(
+        limits(instance), names, PlanFacts(0, 0, 0, 1, 0, comm_cost), (), (),
+        [LinkFacts(sync_s / plan.sync_every, step, count > 1, 0, 0, Role.RING)],
+        rules=(WAN_CAP_RULE, COST_BUDGET_RULE))
     gpus = plan.gpus()
     # a worker's FLOPs of one inner step: its achieved TFLOP/s over its own step
     hardware_flops = sum(w.derived["achieved_tflops_per_gpu"] * 1e12 * w.gpus * w.step_time_s

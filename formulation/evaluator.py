@@ -1,8 +1,9 @@
 """The evaluator: the one place where a plan becomes objectives (SPEC sections 3-5).
 
-``evaluate_batch`` scores many plans in one vectorised pass; ``evaluate`` scores one plan and
-adds per-stage detail and named violations. Both run the same array code, and every number
-comes from :class:`~formulation.costmodel.CostModel`, which the MILP also uses.
+``evaluate_batch`` scores many plans in one vectorised pass; ``evaluate``
+(:mod:`formulation.result`) scores one plan and adds per-stage detail and named violations.
+Both take every number from :class:`~formulation.costmodel.CostModel`, which the MILP also
+uses, and every violation from the rules of :mod:`formulation.feasibility`.
 
 Step time, 1F1B (SPEC 3.1), with positions p counted from the end of the pipeline::
 
@@ -64,7 +65,12 @@ from formulation.batch import PlanBatch
 from formulation.costmodel import CostModel
 from formulation.feasibility import (
     PHYSICAL,
+    DomainFacts,
     Facts,
+    Limits,
+    LinkFacts,
+    PlanFacts,
+    StageFacts,
     outside_search,
     violation_matrix,
 )
@@ -85,6 +91,17 @@ def cost_model(instance: Instance) -> CostModel:
     if model is None:
         model = _COST_MODELS[instance] = CostModel(instance)
     return model
+
+
+_LIMITS: weakref.WeakKeyDictionary[Instance, Limits] = weakref.WeakKeyDictionary()
+
+
+def limits(instance: Instance) -> Limits:
+    """The (cached) limits the feasibility rules read of an instance."""
+    found = _LIMITS.get(instance)
+    if found is None:
+        found = _LIMITS[instance] = Limits.of(instance, cost_model(instance).usable_memory)
+    return found
 
 
 def robust_instance(instance: Instance, latency_spike: float = 0.5) -> Instance:
@@ -136,19 +153,18 @@ def _layer_tables(cm: CostModel, b: np.ndarray, t: np.ndarray, rc: np.ndarray) -
     distinct triple by the cached scalar functions of the cost model."""
     key = (b * 4096 + t) * 4 + rc
     unique, inverse = _distinct(key)
-    columns = {name: np.empty(len(unique)) for name in
-               ("compute", "activation", "workspace", "edge_first", "edge_last", "logits",
-                "recompute_flops")}
+    names = ("compute", "activation", "workspace", "edge_first", "edge_last", "logits",
+             "recompute_flops")
+    columns = np.empty((len(names), len(unique)))
     for i, code in enumerate(unique.tolist()):
         ub, ut, urc = code // 4 // 4096, code // 4 % 4096, RECOMPUTE_MODES[code % 4]
-        columns["compute"][i] = cm.layer_compute_time(ub, ut, urc)
-        columns["activation"][i] = cm.layer_activation_bytes(ub, ut, urc)
-        columns["workspace"][i] = cm.workspace_bytes(ub, ut, urc)
-        columns["edge_first"][i] = cm.edge_compute_time(ub, ut, True, False)
-        columns["edge_last"][i] = cm.edge_compute_time(ub, ut, False, True)
-        columns["logits"][i] = cm.logits_bytes(ub, ut)
-        columns["recompute_flops"][i] = cm.recompute_flops_per_layer(1, urc)
-    return {name: values[inverse] for name, values in columns.items()}
+        columns[:, i] = (cm.layer_compute_time(ub, ut, urc),
+                         cm.layer_activation_bytes(ub, ut, urc), cm.workspace_bytes(ub, ut, urc),
+                         cm.edge_compute_time(ub, ut, True, False),
+                         cm.edge_compute_time(ub, ut, False, True), cm.logits_bytes(ub, ut),
+                         cm.recompute_flops_per_layer(1, urc))
+    gathered = columns[:, inverse]  # one gather for all the columns
+    return dict(zip(names, gathered, strict=True))
 
 
 DENSE_KEYS = 1 << 22  # keys below this are told apart by a look-up table, not by sorting
@@ -175,22 +191,25 @@ def latency_bound(compute_from_end: np.ndarray, delay_from_end: np.ndarray,
     positions, the rest zero padding: windows that start in the padding are skipped (they
     add nothing), which saves a third of the work on batches of mixed lengths."""
     n, width = compute_from_end.shape
-    zero = np.zeros((n, 1))
-    compute_before = np.concatenate([zero, np.cumsum(compute_from_end, axis=1)], axis=1)
-    delay_upto = np.cumsum(delay_from_end, axis=1)
+    # round_trip[:, j] - round_trip[:, k] + c_k is the window k..j (its links are delta
+    # k+1..j; delay_from_end[:, k] joins k to k-1, outside the window)
+    round_trip = np.cumsum(compute_from_end + 2 * delay_from_end, axis=1)
+    base = round_trip - compute_from_end
     order = None
     rows = np.full(width, n)  # rows[k]: the leading rows with a window starting at k
     if stages is not None and n:
         order = np.argsort(-np.asarray(stages), kind="stable")  # longest plans first
-        compute_before, delay_upto = compute_before[order], delay_upto[order]
+        round_trip, base = round_trip[order], base[order]
         rows = (np.asarray(stages)[:, None] > np.arange(width)[None, :]).sum(axis=0)
     best = np.zeros(n)
+    inverse_length = 1.0 / np.arange(1, width + 1)[:, None]
+    # positions along axis 0: each reduction then runs over whole rows of plans, which numpy
+    # vectorises, instead of over the few positions of each plan
+    round_trip, base = np.ascontiguousarray(round_trip.T), np.ascontiguousarray(base.T)
     for k in range(width):  # windows starting at position k, all ends j >= k at once
         r = int(rows[k])
-        span = (compute_before[:r, k + 1:] - compute_before[:r, k:k + 1]
-                + 2 * (delay_upto[:r, k:] - delay_upto[:r, k:k + 1]))
-        best[:r] = np.maximum(best[:r], (span / np.arange(1, width - k + 1)).max(axis=1,
-                                                                                 initial=0.0))
+        mean = (round_trip[k:, :r] - base[k, :r]) * inverse_length[:width - k]
+        np.maximum(best[:r], mean.max(axis=0, initial=0.0), out=best[:r])
     if order is None:
         return best
     out = np.empty(n)
@@ -205,7 +224,7 @@ def _check_batch(batch: PlanBatch, instance: Instance) -> None:
         raise ValueError("PlanBatch: dp, micro_batch and tp must be >= 1")
     if batch.domain.size and (batch.domain.min() < 0 or batch.domain.max() >= num_domains):
         raise ValueError(f"PlanBatch: domain indices must lie in 0..{num_domains - 1}")
-    if not np.isin(batch.recompute, (0, 1, 2)).all():
+    if batch.recompute.size and (batch.recompute.min() < 0 or batch.recompute.max() > 2):
         raise ValueError("PlanBatch: recompute codes must be 0, 1 or 2")
     broken = np.flatnonzero(instance.training.global_batch % (batch.dp * batch.micro_batch))
     if broken.size:  # plans read from files are checked when read: this is a solver's bug
@@ -256,7 +275,7 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     delay = np.where(joined, delay, 0.0)
     traffic = np.where(joined, v[:, None] * cm.boundary_traffic_gb(k_from, k_to, b, dp,
                                                                     m[:, None]), 0.0)
-    cost = np.where(joined, v[:, None] * cm.boundary_cost(k_from, k_to, b, dp, m[:, None]), 0.0)
+    cost = traffic * cm.boundary_price(k_from, k_to)
     # the wrap-around boundary, last stage to first, crossed v - 1 times
     k_last, k_first = np.take_along_axis(domain, n_stages[:, None] - 1, axis=1)[:, 0], domain[:, 0]
     wrapped = v > 1
@@ -267,17 +286,16 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
         wrap_delay = np.where(wrapped, delayed, 0.0)
         wrap_traffic = np.where(wrapped, (v - 1) * cm.boundary_traffic_gb(
             k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
-        wrap_cost = np.where(wrapped, (v - 1) * cm.boundary_cost(
-            k_last, k_first, batch.micro_batch, batch.dp, m), 0.0)
+        wrap_cost = wrap_traffic * cm.boundary_price(k_last, k_first)
 
     # Latency bound over every window of consecutive positions k..j (k = 0 is the SPEC term):
     # in 1F1B, B_k(u) -> ... -> B_j(u) -> F_j(u+j+1) -> ... -> F_k(u+j+1) -> B_k(u+j-k+1) is
     # a cycle through j-k+1 micro-batches. Reorder stages by position (padding sorts last).
-    by_position = np.clip(n_stages[:, None] - 1 - index, 0, None)
+    by_position = np.maximum(n_stages[:, None] - 1 - index, 0)
     compute_from_end = np.where(real, np.take_along_axis(compute, by_position, axis=1), 0.0)
     delay_from_end = np.zeros_like(compute)  # delay_from_end[:, p] joins positions p and p-1
     if width > 1:
-        by_boundary = np.clip(n_stages[:, None] - 2 - index[:, :-1], 0, None)
+        by_boundary = np.maximum(n_stages[:, None] - 2 - index[:, :-1], 0)
         delay_from_end[:, 1:] = np.where(real[:, 1:],
                                          np.take_along_axis(delay, by_boundary, axis=1), 0.0)
     busiest = np.maximum(compute.max(axis=1), occupancy.max(axis=1, initial=0.0))
@@ -298,23 +316,31 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
     domain_gpus = domain_gpus.reshape(n_plans, n_domains).astype(np.int64)
     gpus = stage_gpus.sum(axis=1)
     comm_cost = cost.sum(axis=1) + wrap_cost
-    facts = Facts(instance=instance, dp=batch.dp, micro_batch=batch.micro_batch,
-                  layers=layers, tp=t, recompute=batch.recompute, domain=domain,
-                  memory=memory, usable_memory=cm.usable_memory, domain_gpus=domain_gpus,
-                  occupancy=np.concatenate([occupancy, wrap_occupancy[:, None]], axis=1),
-                  wan=np.concatenate([joined & (k_from != k_to),
-                                      (wrapped & (k_last != k_first))[:, None]], axis=1),
-                  link_from=np.concatenate([k_from, k_last[:, None]], axis=1),
-                  link_to=np.concatenate([k_to, k_first[:, None]], axis=1),
-                  period=period, comm_cost=comm_cost, virtual_stages=v)
-    violation = violation_matrix(facts)
+    links = LinkFacts(
+        occupancy=np.concatenate([occupancy, wrap_occupancy[:, None]], axis=1),
+        period=period[:, None],
+        wan=np.concatenate([k_from != k_to, (k_last != k_first)[:, None]], axis=1),
+        link_from=np.concatenate([k_from, k_last[:, None]], axis=1),
+        link_to=np.concatenate([k_to, k_first[:, None]], axis=1))
+    facts = Facts(
+        plan=PlanFacts(layers=layers.sum(axis=1),
+                       fewest_layers=np.where(real, layers, instance.model.layers).min(axis=1),
+                       stages=n_stages, virtual_stages=v,
+                       micro_batches=training.global_batch // (batch.dp * batch.micro_batch),
+                       comm_cost=comm_cost),
+        stages=StageFacts(tp=t, memory=memory, domain=domain),
+        domains=DomainFacts(used=domain_gpus, free=instance.free_gpus), links=links,
+        real_stages=real, real_links=np.concatenate([joined, wrapped[:, None]], axis=1))
+    violation = violation_matrix(facts, limits(instance) if model is None
+                                 else Limits.of(instance, cm.usable_memory))
 
     hardware_flops = cm.model_flops_per_step() + training.global_batch * np.sum(
         np.where(real, layers * table["recompute_flops"], 0.0), axis=1)
     return BatchEvaluation(
         step_time_s=step_time, gpus=gpus, comm_cost=comm_cost,
         feasible=~violation.any(axis=1), violation=violation,
-        outside_search=outside_search(facts),
+        outside_search=outside_search(instance.search, batch.dp, batch.micro_batch, v, t,
+                                      batch.recompute, real),
         **derived_metrics(instance, cm, step_time, gpus, hardware_flops),
         wan_gb_per_step=traffic.sum(axis=1) + wrap_traffic,
         period_s=period, pipeline_s=pipeline, allreduce_s=allreduce.max(axis=1),
@@ -329,8 +355,11 @@ def micro_batches_in_flight(m, position, stages, virtual_stages):
     from the end (0: the last stage): ``q + 1`` in 1F1B; interleaved, the chunks of
     Megatron-LM's warm-up plus one, ``2 q + (v - 1) S + 1``, over v. At most m. Scalars or
     arrays."""
+    plain = np.minimum(m, position + 1)
+    if not np.any(virtual_stages > 1):  # nearly every batch: no interleaving to price
+        return plain
     interleaved = (2 * position + (virtual_stages - 1) * stages + 1) / virtual_stages
-    return np.minimum(m, np.where(virtual_stages > 1, interleaved, position + 1))
+    return np.where(virtual_stages > 1, np.minimum(m, interleaved), plain)
 
 
 def interleaved_windows(compute: np.ndarray, delay: np.ndarray, wrap_delay: np.ndarray,

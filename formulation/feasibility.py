@@ -1,11 +1,14 @@
 """Feasibility, stated once: what makes a plan infeasible and what takes it outside its
 instance's search space.
 
-Every evaluator reads these definitions: the batched evaluator (one boolean column per
-:class:`Kind` of :data:`PHYSICAL`), the single-plan evaluator (the same tests on a one-row
-:class:`Facts`, plus a message per violation) and the DiLoCo family (its workers' violations
-and its own sync against the same WAN-share and cost-budget rules). A violation carries its
-kind as a value (:class:`Violation`), never inside its message.
+Each :class:`Rule` states one way to be infeasible once, as an elementwise test over one
+scope (the plan, each stage, each domain or each link) and the message for one broken
+element. Every evaluator applies the same rules: the batched evaluator to arrays of N plans
+(:func:`violation_matrix`, one boolean column per :class:`Kind` of :data:`PHYSICAL`), the
+single-plan evaluator to one plan's numbers (:func:`violations`, with a message per broken
+element: no arrays, so a plan costs microseconds) and the DiLoCo family (its workers'
+violations and its own sync against the same WAN-share and cost-budget rules). A violation
+carries its kind as a value (:class:`Violation`), never inside its message.
 
 Two classes of finding, reported apart:
 
@@ -26,14 +29,15 @@ step would hold a fraction of a micro-batch): the plan readers and both evaluato
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from formulation.costmodel import GB
-from formulation.instance import RECOMPUTE_MODES, Instance
+from formulation.instance import RECOMPUTE_MODES, Instance, SearchSpace
 from formulation.schema import InputError
 
 
@@ -83,182 +87,223 @@ class Mismatch:
         return {"field": self.field, "message": self.message}
 
 
-@dataclass(frozen=True, eq=False)
-class Facts:
-    """What the rules read about N plans, as arrays; stages front to back, padded after the
-    last real one with ``layers == 0``; boundary ``j`` joins stages ``j`` and ``j + 1``."""
+# -- what the rules read ----------------------------------------------------------------------
+# One record type per scope. Its fields are numbers for one element (the single-plan
+# evaluator, a DiLoCo sync) or arrays for N plans (the batch evaluator: (N,) for plan
+# fields, (N, S) for stages, (N, K) for domains, (N, B) for links; a plan-level value a
+# stage or link rule reads comes as an (N, 1) column).
 
-    instance: Instance
-    dp: np.ndarray  # (N,)
-    micro_batch: np.ndarray  # (N,)
-    layers: np.ndarray  # (N, S)
-    tp: np.ndarray  # (N, S)
-    recompute: np.ndarray  # (N, S) codes into RECOMPUTE_MODES
-    domain: np.ndarray  # (N, S)
-    memory: np.ndarray  # (N, S) bytes per GPU of each stage
+class PlanFacts(NamedTuple):
+    layers: Any  # layers the stages hold together
+    fewest_layers: Any  # layers of the thinnest stage
+    stages: Any  # pipeline stages (>= 1)
+    virtual_stages: Any  # model chunks per stage (1: plain 1F1B)
+    micro_batches: Any  # micro-batches a step
+    comm_cost: Any  # USD of cross-domain traffic per step
+
+
+class StageFacts(NamedTuple):
+    tp: Any
+    memory: Any  # bytes per GPU
+    domain: Any  # index into the instance's domains
+
+
+class DomainFacts(NamedTuple):
+    used: Any  # GPUs the plan takes
+    free: Any  # GPUs the domain has free
+
+
+class Role(Enum):
+    """What a link carries (only its violation message tells them apart)."""
+
+    BOUNDARY = "boundary"  # stage j to stage j + 1
+    WRAP = "wrap"  # an interleaved plan's last stage back to its first
+    RING = "ring"  # a DiLoCo sync ring (one "link": its busiest hop, for the whole sync)
+
+
+class LinkFacts(NamedTuple):
+    occupancy: Any  # seconds busy per period
+    period: Any  # the seconds the occupancy is a share of
+    wan: Any  # whether it crosses a WAN link
+    link_from: Any  # domain indices
+    link_to: Any
+    role: Role | None = None  # None in a batch: the rules' tests do not read it
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The instance's side of every rule, read once per instance."""
+
+    layers: int
+    gpus_per_node: int
+    heads: int
     usable_memory: float  # bytes per GPU a stage may use
-    domain_gpus: np.ndarray  # (N, K) GPUs each plan takes from each domain
-    occupancy: np.ndarray  # (N, B) seconds a link is busy per period (B boundaries)
-    wan: np.ndarray  # (N, B) whether the boundary crosses a WAN link
-    period: np.ndarray  # (N,) the time the occupancy is a share of
-    comm_cost: np.ndarray  # (N,) USD per step
-    link_from: np.ndarray  # (N, B) the domains a boundary joins
-    link_to: np.ndarray  # (N, B)
-    virtual_stages: np.ndarray  # (N,) model chunks per stage
-    ring: bool = False  # the one "boundary" is a DiLoCo sync ring, busy a share of the step
+    wan_share_cap: float | None
+    cost_budget: float | None
 
-    @property
-    def real(self) -> np.ndarray:
-        return self.layers > 0
+    @staticmethod
+    def of(instance: Instance, usable_memory: float) -> Limits:
+        constraints = instance.constraints
+        return Limits(layers=instance.model.layers, gpus_per_node=instance.gpu.gpus_per_node,
+                      heads=instance.model.heads, usable_memory=usable_memory,
+                      wan_share_cap=constraints.wan_share_cap,
+                      cost_budget=constraints.cost_budget)
 
-    @property
-    def num_stages(self) -> np.ndarray:
-        return self.real.sum(axis=1)
+
+class Scope(Enum):
+    """What one test of a rule looks at."""
+
+    PLAN = "plan"
+    STAGE = "stage"
+    DOMAIN = "domain"
+    LINK = "link"
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One violation kind: which of N plans break it, and why one of them does."""
+    """One way a plan can be infeasible, stated once: ``broken`` is elementwise, so the
+    same expression tests one element's numbers (single plan) or N plans' arrays (batch).
+    ``message`` describes one broken element (``index``: its stage, domain or link);
+    ``applies`` says whether the instance has the constraint at all."""
 
     kind: Kind
-    test: Callable[[Facts], np.ndarray]  # (N,) bool
-    explain: Callable[[Facts, int, Sequence[str]], list[str]]  # messages for row i
+    scope: Scope
+    broken: Callable[[Any, Limits], Any]
+    message: Callable[[Any, Limits, int, Sequence[str]], str]
+    applies: Callable[[Limits], bool] = lambda limits: True
 
 
-def _tp_bad(facts: Facts) -> np.ndarray:
-    node, heads = facts.instance.gpu.gpus_per_node, facts.instance.model.heads
-    return facts.real & ((facts.tp > node) | (heads % facts.tp != 0))
+def _tp_broken(s: StageFacts, lim: Limits) -> Any:
+    return (s.tp > lim.gpus_per_node) | (lim.heads % s.tp != 0)
 
 
-def _explain_layers(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    return [f"the stages hold {int(facts.layers[i].sum())} layers, the model has "
-            f"{facts.instance.model.layers}"]
+def _tp_message(s: StageFacts, lim: Limits, j: int, names: Sequence[str]) -> str:
+    if s.tp > lim.gpus_per_node:
+        return f"stage {j} has tp={s.tp} > {lim.gpus_per_node} GPUs per node"
+    return f"stage {j} has tp={s.tp}, which does not divide {lim.heads} heads"
 
 
-def _explain_tp(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    node, heads = facts.instance.gpu.gpus_per_node, facts.instance.model.heads
-    out = []
-    for j in np.flatnonzero(_tp_bad(facts)[i]):
-        t = int(facts.tp[i, j])
-        out.append(f"stage {j} has tp={t} > {node} GPUs per node" if t > node
-                   else f"stage {j} has tp={t}, which does not divide {heads} heads")
+def _wan_broken(link: LinkFacts, lim: Limits) -> Any:
+    return link.wan & (link.occupancy > lim.wan_share_cap * link.period)
+
+
+def _wan_message(link: LinkFacts, lim: Limits, j: int, names: Sequence[str]) -> str:
+    share, cap = link.occupancy / link.period, lim.wan_share_cap
+    if link.role is Role.RING:
+        return f"the DiLoCo sync keeps the ring busy {share:.0%} of the time > cap {cap:.0%}"
+    wrap = " (the wrap-around)" if link.role is Role.WRAP else ""
+    return (f"link {names[link.link_from]!r}->{names[link.link_to]!r}{wrap} is busy "
+            f"{share:.0%} of the period > cap {cap:.0%}")
+
+
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(Kind.LAYERS, Scope.PLAN, lambda p, lim: p.layers != lim.layers,
+         lambda p, lim, j, names: f"the stages hold {p.layers} layers, the model has "
+                                  f"{lim.layers}"),
+    Rule(Kind.TP, Scope.STAGE, _tp_broken, _tp_message),
+    Rule(Kind.MEMORY, Scope.STAGE, lambda s, lim: s.memory > lim.usable_memory,
+         lambda s, lim, j, names: f"stage {j} (domain {names[s.domain]!r}) needs "
+                                  f"{s.memory / GB:.1f} GB per GPU > "
+                                  f"{lim.usable_memory / GB:.1f} GB usable"),
+    Rule(Kind.GPUS, Scope.DOMAIN, lambda d, lim: d.used > d.free,
+         lambda d, lim, k, names: f"domain {names[k]!r} uses {d.used} GPUs > {d.free} free"),
+    Rule(Kind.WAN_CAP, Scope.LINK, _wan_broken, _wan_message,
+         applies=lambda lim: lim.wan_share_cap is not None),
+    Rule(Kind.COST_BUDGET, Scope.PLAN,
+         lambda p, lim: p.comm_cost > lim.cost_budget * (1 + COST_TOLERANCE),
+         lambda p, lim, j, names: f"comm_cost {p.comm_cost:.4f} USD/step > budget "
+                                  f"{lim.cost_budget:.4f}",
+         applies=lambda lim: lim.cost_budget is not None),
+    # Megatron-LM's interleaved order: at least two stages, a chunk of at least one layer
+    # on every stage, micro-batches in groups of the stage count
+    Rule(Kind.SCHEDULE, Scope.PLAN, lambda p, lim: (p.virtual_stages > 1) & (p.stages < 2),
+         lambda p, lim, j, names: f"interleaving {p.virtual_stages} chunks needs at least 2 "
+                                  f"stages"),
+    Rule(Kind.SCHEDULE, Scope.PLAN,
+         lambda p, lim: (p.virtual_stages > 1) & (p.fewest_layers < p.virtual_stages),
+         lambda p, lim, j, names: f"interleaving {p.virtual_stages} chunks needs at least "
+                                  f"{p.virtual_stages} layers in every stage (the thinnest "
+                                  f"holds {p.fewest_layers})"),
+    Rule(Kind.SCHEDULE, Scope.PLAN,
+         lambda p, lim: (p.virtual_stages > 1) & (p.micro_batches % p.stages != 0),
+         lambda p, lim, j, names: f"interleaving needs micro-batches a multiple of the "
+                                  f"{p.stages} stages, got {p.micro_batches}"),
+)
+assert tuple(dict.fromkeys(rule.kind for rule in RULES)) == PHYSICAL
+WAN_CAP_RULE, COST_BUDGET_RULE = RULES[4], RULES[5]
+
+
+# -- applying the rules -----------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Facts:
+    """What the rules read about N plans, as arrays, with the masks of the elements that
+    exist (stages padded after a plan's last, links of plain plans' wrap-around column)."""
+
+    plan: PlanFacts  # (N,)
+    stages: StageFacts  # (N, S)
+    domains: DomainFacts  # (N, K)
+    links: LinkFacts  # (N, B)
+    real_stages: np.ndarray  # (N, S) bool
+    real_links: np.ndarray  # (N, B) bool
+
+
+def violation_matrix(facts: Facts, limits: Limits) -> np.ndarray:
+    """(N, len(PHYSICAL)) bool: which plan breaks which kind of rule."""
+    out = np.zeros((len(facts.plan.layers), len(PHYSICAL)), dtype=bool)
+    elements = {Scope.PLAN: (facts.plan, None), Scope.STAGE: (facts.stages, facts.real_stages),
+                Scope.DOMAIN: (facts.domains, None), Scope.LINK: (facts.links, facts.real_links)}
+    for rule in RULES:
+        if not rule.applies(limits):
+            continue
+        records, real = elements[rule.scope]
+        broken = rule.broken(records, limits)
+        if rule.scope is not Scope.PLAN:
+            if real is not None:
+                broken = broken & real
+            broken = np.logical_or.reduce(broken, axis=1)
+        out[:, PHYSICAL.index(rule.kind)] |= broken
     return out
 
 
-def _explain_memory(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    return [f"stage {j} (domain {names[facts.domain[i, j]]!r}) needs "
-            f"{facts.memory[i, j] / GB:.1f} GB per GPU > {facts.usable_memory / GB:.1f} GB usable"
-            for j in np.flatnonzero(facts.memory[i] > facts.usable_memory)]
-
-
-def _free(facts: Facts) -> np.ndarray:
-    return np.array([d.free_gpus for d in facts.instance.domains])
-
-
-def _explain_gpus(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    free = _free(facts)
-    return [f"domain {names[k]!r} uses {int(facts.domain_gpus[i, k])} GPUs > {free[k]} free"
-            for k in np.flatnonzero(facts.domain_gpus[i] > free)]
-
-
-def _wan_busy(facts: Facts) -> np.ndarray:
-    cap = facts.instance.constraints.wan_share_cap
-    if cap is None:
-        return np.zeros(facts.occupancy.shape, dtype=bool)
-    return facts.wan & (facts.occupancy > cap * facts.period[:, None])
-
-
-def _explain_wan_cap(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    cap = facts.instance.constraints.wan_share_cap
-    if facts.ring:
-        return [f"the DiLoCo sync keeps the ring busy {facts.occupancy[i, 0] / facts.period[i]:.0%}"
-                f" of the time > cap {cap:.0%}"]
-    return [f"link {_link(facts, i, j, names)} is busy "
-            f"{facts.occupancy[i, j] / facts.period[i]:.0%} of the period > cap {cap:.0%}"
-            for j in np.flatnonzero(_wan_busy(facts)[i])]
-
-
-def _link(facts: Facts, i: int, j: int, names: Sequence[str]) -> str:
-    wrap = " (the wrap-around)" if j == facts.link_from.shape[1] - 1 \
-        and facts.virtual_stages[i] > 1 else ""
-    return f"{names[facts.link_from[i, j]]!r}->{names[facts.link_to[i, j]]!r}{wrap}"
-
-
-def _over_budget(facts: Facts) -> np.ndarray:
-    budget = facts.instance.constraints.cost_budget
-    if budget is None:
-        return np.zeros(facts.comm_cost.shape, dtype=bool)
-    return facts.comm_cost > budget * (1 + COST_TOLERANCE)
-
-
-def _explain_budget(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    return [f"comm_cost {facts.comm_cost[i]:.4f} USD/step > budget "
-            f"{facts.instance.constraints.cost_budget:.4f}"]
-
-
-def _schedule_bad(facts: Facts) -> np.ndarray:
-    """(N, 3) bool: an interleaved plan with one stage, a stage of fewer than v layers, or
-    micro-batches that are not a multiple of the stages (Megatron-LM's interleaved order)."""
-    v = facts.virtual_stages
-    interleaved = v > 1
-    if not interleaved.any():  # plain 1F1B runs any plan
-        return np.zeros((len(v), 3), dtype=bool)
-    stages = facts.num_stages
-    m = facts.instance.training.global_batch // (facts.dp * facts.micro_batch)
-    return np.stack([interleaved & (stages < 2),
-                     interleaved & (facts.real & (facts.layers < v[:, None])).any(axis=1),
-                     interleaved & (m % np.maximum(stages, 1) != 0)], axis=1)
-
-
-def _explain_schedule(facts: Facts, i: int, names: Sequence[str]) -> list[str]:
-    v, stages = int(facts.virtual_stages[i]), int(facts.num_stages[i])
-    m = facts.instance.training.global_batch // int(facts.dp[i] * facts.micro_batch[i])
-    bad = _schedule_bad(facts)[i]
-    return [text for flag, text in zip(bad, (
-        f"interleaving {v} chunks needs at least 2 stages",
-        f"interleaving {v} chunks needs at least {v} layers in every stage",
-        f"interleaving needs micro-batches a multiple of the {stages} stages, got {m}"),
-        strict=True) if flag]
-
-
-WAN_CAP_RULE = Rule(Kind.WAN_CAP, lambda f: _wan_busy(f).any(axis=1), _explain_wan_cap)
-COST_BUDGET_RULE = Rule(Kind.COST_BUDGET, _over_budget, _explain_budget)
-RULES: tuple[Rule, ...] = (
-    Rule(Kind.LAYERS, lambda f: f.layers.sum(axis=1) != f.instance.model.layers,
-         _explain_layers),
-    Rule(Kind.TP, lambda f: _tp_bad(f).any(axis=1), _explain_tp),
-    Rule(Kind.MEMORY, lambda f: (f.memory > f.usable_memory).any(axis=1), _explain_memory),
-    Rule(Kind.GPUS, lambda f: (f.domain_gpus > _free(f)[None, :]).any(axis=1), _explain_gpus),
-    WAN_CAP_RULE,
-    COST_BUDGET_RULE,
-    Rule(Kind.SCHEDULE, lambda f: _schedule_bad(f).any(axis=1), _explain_schedule),
-)
-assert tuple(rule.kind for rule in RULES) == PHYSICAL
-
-
-def violation_matrix(facts: Facts) -> np.ndarray:
-    """(N, len(PHYSICAL)) bool: which plan breaks which rule."""
-    return np.stack([rule.test(facts) for rule in RULES], axis=1)
-
-
-def violations(facts: Facts, i: int = 0) -> list[Violation]:
-    """Every violation of plan ``i``, with a message naming the stage, domain or link."""
-    names = [d.name for d in facts.instance.domains]
-    return [Violation(rule.kind, message) for rule in RULES if rule.test(facts)[i]
-            for message in rule.explain(facts, i, names)]
+def violations(limits: Limits, names: Sequence[str], plan: PlanFacts,
+               stages: Iterable[StageFacts], domains: Iterable[tuple[int, DomainFacts]],
+               links: Iterable[LinkFacts], rules: Sequence[Rule] = RULES) -> list[Violation]:
+    """Every violation of one plan, from its elements' numbers, with a message naming the
+    stage, domain or link (``domains``: (index, facts) of the domains the plan uses). The
+    elements of a scope are read only if a rule that applies looks at them."""
+    given = {Scope.PLAN: ((0, plan),), Scope.STAGE: stages, Scope.DOMAIN: domains,
+             Scope.LINK: links}
+    elements: dict[Scope, tuple] = {}
+    out = []
+    for rule in rules:
+        if not rule.applies(limits):
+            continue
+        scope = elements.get(rule.scope)
+        if scope is None:
+            scope = elements[rule.scope] = tuple(
+                given[rule.scope] if rule.scope in (Scope.PLAN, Scope.DOMAIN)
+                else enumerate(given[rule.scope]))
+        out += [Violation(rule.kind, rule.message(record, limits, index, names))
+                for index, record in scope if rule.broken(record, limits)]
+    return out
 
 
 # -- the search space -------------------------------------------------------------------------
 
-def outside_search(facts: Facts) -> np.ndarray:
-    """(N,) bool: a plan uses a value the instance's search space does not list."""
-    search, real = facts.instance.search, facts.real
+def outside_search(search: SearchSpace, dp: np.ndarray, micro_batch: np.ndarray,
+                   virtual_stages: np.ndarray, tp: np.ndarray, recompute: np.ndarray,
+                   real: np.ndarray) -> np.ndarray:
+    """(N,) bool: a plan uses a value the instance's search space does not list (stage
+    arrays (N, S) with ``real`` marking the stages that exist)."""
     allowed_modes = [RECOMPUTE_MODES.index(mode) for mode in search.recompute]
-    return (~_member(facts.dp, search.dp) | ~_member(facts.micro_batch, search.micro_batch)
-            | ~_member(facts.virtual_stages, search.virtual_stages)
-            | (real & ~_member(facts.tp, search.tp)).any(axis=1)
-            | (real & ~_member(facts.recompute, allowed_modes)).any(axis=1)
-            | (facts.num_stages > search.max_stages))
+    return (~_member(dp, search.dp) | ~_member(micro_batch, search.micro_batch)
+            | ~_member(virtual_stages, search.virtual_stages)
+            | (real & ~_member(tp, search.tp)).any(axis=1)
+            | (real & ~_member(recompute, allowed_modes)).any(axis=1)
+            | (real.sum(axis=1) > search.max_stages))
 
 
 def _member(values: np.ndarray, allowed: Sequence[int]) -> np.ndarray:
@@ -270,31 +315,28 @@ def _member(values: np.ndarray, allowed: Sequence[int]) -> np.ndarray:
     return out
 
 
-def mismatches(facts: Facts, i: int = 0) -> list[Mismatch]:
-    """Plan ``i``'s values outside the search space, one :class:`Mismatch` each."""
-    search = facts.instance.search
+def mismatches(search: SearchSpace, dp: int, micro_batch: int, virtual_stages: int,
+               stages: Sequence[Any]) -> list[Mismatch]:
+    """One plan's values outside the search space, one :class:`Mismatch` each
+    (``stages``: each with its ``tp`` and ``recompute`` mode)."""
     out = []
-    if facts.dp[i] not in search.dp:
-        out.append(Mismatch("dp", f"dp={int(facts.dp[i])} is not in the allowed "
-                                  f"{list(search.dp)}"))
-    if facts.micro_batch[i] not in search.micro_batch:
-        out.append(Mismatch("micro_batch", f"micro_batch={int(facts.micro_batch[i])} is not "
-                                           f"in the allowed {list(search.micro_batch)}"))
-    v = int(facts.virtual_stages[i])
-    if v not in search.virtual_stages:
-        out.append(Mismatch("virtual_stages", f"virtual_stages={v} is not in the allowed "
-                                              f"{list(search.virtual_stages)}"))
-    count = int(facts.num_stages[i])
-    for j in range(count):
-        if facts.tp[i, j] not in search.tp:
-            out.append(Mismatch("tp", f"stage {j} tp={int(facts.tp[i, j])} is not in "
-                                      f"{list(search.tp)}"))
-        mode = RECOMPUTE_MODES[int(facts.recompute[i, j])]
-        if mode not in search.recompute:
-            out.append(Mismatch("recompute", f"stage {j} recompute={mode!r} is not in "
-                                             f"{list(search.recompute)}"))
-    if count > search.max_stages:
-        out.append(Mismatch("max_stages", f"{count} stages > max_stages {search.max_stages}"))
+    if dp not in search.dp:
+        out.append(Mismatch("dp", f"dp={dp} is not in the allowed {list(search.dp)}"))
+    if micro_batch not in search.micro_batch:
+        out.append(Mismatch("micro_batch", f"micro_batch={micro_batch} is not in the allowed "
+                                           f"{list(search.micro_batch)}"))
+    if virtual_stages not in search.virtual_stages:
+        out.append(Mismatch("virtual_stages", f"virtual_stages={virtual_stages} is not in "
+                                              f"the allowed {list(search.virtual_stages)}"))
+    for j, stage in enumerate(stages):
+        if stage.tp not in search.tp:
+            out.append(Mismatch("tp", f"stage {j} tp={stage.tp} is not in {list(search.tp)}"))
+        if stage.recompute not in search.recompute:
+            out.append(Mismatch("recompute", f"stage {j} recompute={stage.recompute!r} is not "
+                                             f"in {list(search.recompute)}"))
+    if len(stages) > search.max_stages:
+        out.append(Mismatch("max_stages", f"{len(stages)} stages > max_stages "
+                                          f"{search.max_stages}"))
     return out
 
 

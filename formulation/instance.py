@@ -7,6 +7,7 @@ HBM / NVLink bandwidth in GB/s, prices in USD per GB (traffic) and per GPU-hour.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -347,6 +348,14 @@ class Instance:
     @property
     def num_domains(self) -> int:
         return len(self.domains)
+
+    @functools.cached_property
+    def free_gpus(self) -> np.ndarray:
+        """(K,) int64, read-only: each domain's free GPUs (computed once: the evaluators
+        read it on every plan)."""
+        free = np.array([d.free_gpus for d in self.domains], dtype=np.int64)
+        free.flags.writeable = False
+        return free
 
     def domain_index(self, name: str) -> int | None:
         for k, domain in enumerate(self.domains):

@@ -2,13 +2,14 @@
 
 This is the scalar twin of :func:`formulation.evaluator.evaluate_batch`: numpy's per-call
 overhead makes a one-row batch cost about a millisecond, while a decision loop (the RL agent,
-checking a MILP solution) needs one plan in well under 200 us. Both paths take every number
+checking a MILP solution) needs one plan in under 100 us. Both paths take every number
 from the same :class:`~formulation.costmodel.CostModel` functions and assemble them by the
 same formulas; ``tests/test_evaluator.py`` checks that they agree on thousands of plans.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,19 +20,24 @@ from formulation.evaluator import (
     cost_model,
     derived_metrics,
     interleaved_windows,
+    limits,
     micro_batches_in_flight,
     pipeline_time,
 )
 from formulation.feasibility import (
-    Facts,
+    DomainFacts,
     Kind,
+    LinkFacts,
     Mismatch,
+    PlanFacts,
+    Role,
+    StageFacts,
     Violation,
     check_micro_batches,
     mismatches,
     violations,
 )
-from formulation.instance import RECOMPUTE_MODES, Instance
+from formulation.instance import Instance
 from formulation.plan import Plan
 
 
@@ -82,9 +88,13 @@ class Evaluation(Scores):
     plan: Plan
     domain_names: list[str]
     stage_compute_s: list[float]
-    stage_memory_gb: list[float]
+    stage_memory_bytes: list[float]
     stage_in_flight: list[float]
     usable_memory_gb: float
+
+    @property
+    def stage_memory_gb(self) -> list[float]:
+        return [x / GB for x in self.stage_memory_bytes]
 
     @property
     def stages(self) -> list[dict[str, Any]]:
@@ -93,9 +103,10 @@ class Evaluation(Scores):
                  "recompute": s.recompute, "gpus": self.plan.dp * s.tp,
                  "compute_s": self.stage_compute_s[j],
                  "in_flight": float(self.stage_in_flight[j]),
-                 "memory_gb": self.stage_memory_gb[j],
-                 "memory_headroom_gb": self.usable_memory_gb - self.stage_memory_gb[j]}
-                for j, s in enumerate(self.plan.stages)]
+                 "memory_gb": memory,
+                 "memory_headroom_gb": self.usable_memory_gb - memory}
+                for (j, s), memory in zip(enumerate(self.plan.stages), self.stage_memory_gb,
+                                          strict=True)]
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "run": self.run, "stages": self.stages}
@@ -103,16 +114,30 @@ class Evaluation(Scores):
 
 def latency_bound(compute_from_end: list[float], delay_from_end: list[float]) -> float:
     """Scalar form of :func:`formulation.evaluator.latency_bound` (same indexing)."""
+    # A window k..j's mean is that of {c_k} and {w_i = c_i + 2 d_i : k < i <= j}. Single
+    # windows give max(c) =: b, and a window beats b only if (c_k - b) + sum (w_i - b) > 0:
+    # a start whose best such sum (``gain``, a suffix scan) stays <= 0 is skipped. Most
+    # starts are: only those just before a slow link can beat b.
+    count = len(compute_from_end)
+    widened = [c + 2 * d for c, d in zip(compute_from_end, delay_from_end, strict=True)]
+    best = max(compute_from_end, default=0.0)
+    gain = [0.0] * count  # gain[k]: max over j > k of sum_{k<i<=j} (w_i - best)
+    ahead = -math.inf
+    for k in range(count - 1, -1, -1):
+        gain[k] = ahead
+        ahead = widened[k] - best + max(0.0, ahead)
+    round_trip, total = [], 0.0
+    for w in widened:
+        total += w
+        round_trip.append(total)
     # round_trip[j] - round_trip[k] + compute[k] is the window k..j (its links are
     # delay[k+1..j]; delay[k] joins k to k-1, outside the window).
-    round_trip, total = [], 0.0
-    for c, d in zip(compute_from_end, delay_from_end, strict=True):
-        total += c + 2 * d
-        round_trip.append(total)
-    best, count = 0.0, len(round_trip)
-    for k in range(count):
+    floor = best
+    for k in range(count - 1):
+        if compute_from_end[k] - floor + gain[k] <= 0:
+            continue
         base = round_trip[k] - compute_from_end[k]
-        for j in range(k, count):
+        for j in range(k + 1, count):
             value = (round_trip[j] - base) / (j - k + 1)
             if value > best:
                 best = value
@@ -129,31 +154,38 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     check_micro_batches(instance, dp, b)
     m = training.global_batch / (dp * b)
     v = plan.virtual_stages
-    compute, memory, allreduce, optimizer, in_flight = [], [], [], [], []
-    recompute_flops = 0.0
+    compute, memory, in_flight, stage_facts = [], [], [], []
+    allreduce = optimizer = recompute_flops = 0.0
+    used: dict[int, int] = {}  # GPUs by domain
     for j, stage in enumerate(plan.stages):
-        (per_layer, edge, state, activation, workspace, logits, edge_params,
+        (compute_per_layer, compute_edge, memory_per_layer, activation_per_layer, memory_fixed,
+         allreduce_per_layer, allreduce_fixed, optimizer_per_layer, optimizer_fixed,
          layer_recompute_flops) = cm.stage_terms(b, stage.tp, stage.recompute, dp, j == 0,
-                                                 j == count - 1)
-        compute.append(stage.layers * per_layer + edge)
+                                                 j == count - 1, stage.domain)
+        layers = stage.layers
+        compute.append(layers * compute_per_layer + compute_edge)
         in_flight.append(float(micro_batches_in_flight(m, count - 1 - j, count, v)) if v > 1
                          else min(m, count - j))
-        memory.append(cm.stage_memory_bytes(stage.layers, in_flight[-1], state, activation,
-                                            workspace, logits, j == 0, j == count - 1))
-        params = stage.layers * cm.layer_params + edge_params
-        allreduce.append(cm.allreduce_seconds(stage.domain, params, stage.tp, dp, m))
-        optimizer.append(cm.optimizer_time(params, stage.tp, dp))
-        recompute_flops += stage.layers * layer_recompute_flops
-    links = [(a.domain, z.domain) for a, z in zip(plan.stages, plan.stages[1:], strict=False)]
-    crossings = [v] * len(links)
-    if v > 1:  # the wrap-around boundary, last stage to first
-        links.append((plan.stages[-1].domain, plan.stages[0].domain))
-        crossings.append(v - 1)
-    boundaries = [cm.boundary_terms(a, z, b, dp) for a, z in links]
-    occupancy = [n * x[0] for n, x in zip(crossings, boundaries, strict=True)]
-    delay = [x[1] for x in boundaries]
-    wan_gb = m * sum(n * x[2] for n, x in zip(crossings, boundaries, strict=True))
-    comm_cost = m * sum(n * x[2] * x[3] for n, x in zip(crossings, boundaries, strict=True))
+        memory.append(layers * (memory_per_layer + activation_per_layer * in_flight[-1])
+                      + memory_fixed)
+        stage_facts.append(StageFacts(stage.tp, memory[-1], stage.domain))
+        used[stage.domain] = used.get(stage.domain, 0) + dp * stage.tp
+        allreduce = max(allreduce, layers * allreduce_per_layer + allreduce_fixed)
+        optimizer = max(optimizer, layers * optimizer_per_layer + optimizer_fixed)
+        recompute_flops += layers * layer_recompute_flops
+    ends = [stage.domain for stage in plan.stages]
+    links = list(zip(ends, ends[1:], strict=False))
+    if v > 1:  # the wrap-around boundary, last stage to first, crossed v - 1 times
+        links.append((ends[-1], ends[0]))
+    occupancy, delay, wan_gb, comm_cost = [], [], 0.0, 0.0
+    for j, (k_from, k_to) in enumerate(links):
+        crossings = v - 1 if j == count - 1 else v
+        link_occupancy, link_delay, traffic_gb, price = cm.boundary_terms(k_from, k_to, b, dp)
+        occupancy.append(crossings * link_occupancy)
+        delay.append(link_delay)
+        wan_gb += crossings * traffic_gb
+        comm_cost += crossings * traffic_gb * price
+    wan_gb, comm_cost = m * wan_gb, m * comm_cost
 
     if v == 1:
         period = max(max(compute), max(occupancy, default=0.0),
@@ -166,46 +198,30 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
         period, pipeline = (float(x[0]) for x in pipeline_time(
             m, v, sum(compute), max(max(compute), max(occupancy)), windows,
             2 * sum(delay[:-1]), delay[-1]))
-    step = pipeline + max(allreduce) + max(optimizer)
-    gpus = plan.gpus()
+    step = pipeline + allreduce + optimizer
+    gpus = sum(used.values())
 
     run_hours = training.steps * step / 3600
-    facts = _facts(instance, plan, memory, occupancy, period, comm_cost)
+    free = instance.free_gpus
+    found = violations(
+        limits(instance), cm.domain_names,
+        PlanFacts(sum(s.layers for s in plan.stages), min(s.layers for s in plan.stages), count, v,
+                  training.global_batch // (dp * b), comm_cost),
+        stage_facts, ((k, DomainFacts(n, int(free[k]))) for k, n in used.items()),
+        (LinkFacts(busy, period, k_from != k_to, k_from, k_to,
+                   Role.WRAP if j == count - 1 else Role.BOUNDARY)
+         for j, (busy, (k_from, k_to)) in enumerate(zip(occupancy, links, strict=True))))
     hardware_flops = cm.model_flops_per_step() + training.global_batch * recompute_flops
     return Evaluation(
-        step_time_s=step, gpus=gpus, comm_cost=comm_cost, violations=violations(facts),
-        mismatches=mismatches(facts),
+        step_time_s=step, gpus=gpus, comm_cost=comm_cost, violations=found,
+        mismatches=mismatches(instance.search, dp, b, v, plan.stages),
         derived={**derived_metrics(instance, cm, step, gpus, hardware_flops),
                  "wan_gb_per_step": wan_gb},
-        breakdown={"period_s": period, "pipeline_s": pipeline, "allreduce_s": max(allreduce),
-                   "optimizer_s": max(optimizer), "micro_batches": m},
+        breakdown={"period_s": period, "pipeline_s": pipeline, "allreduce_s": allreduce,
+                   "optimizer_s": optimizer, "micro_batches": m},
         run={"steps": training.steps, "time_h": run_hours, "gpu_hours": gpus * run_hours,
              "cost_usd": gpus * run_hours * training.gpu_hour_usd + training.steps * comm_cost},
         plan=plan, domain_names=cm.domain_names, stage_compute_s=compute,
-        stage_memory_gb=[x / GB for x in memory], stage_in_flight=in_flight,
+        stage_memory_bytes=memory, stage_in_flight=in_flight,
         usable_memory_gb=cm.usable_memory / GB)
 
-
-def _facts(instance: Instance, plan: Plan, memory: list[float], occupancy: list[float],
-           period: float, comm_cost: float) -> Facts:
-    """The one-row :class:`~formulation.feasibility.Facts` of a plan."""
-    cm = cost_model(instance)
-    stages = plan.stages
-    used = np.zeros((1, instance.num_domains), dtype=np.int64)
-    for stage in stages:
-        used[0, stage.domain] += plan.dp * stage.tp
-    ends = [s.domain for s in stages] + ([stages[0].domain] if plan.virtual_stages > 1 else [])
-    link_from, link_to = np.array([ends[:-1]]), np.array([ends[1:]])
-    return Facts(instance=instance, dp=np.array([plan.dp]),
-                 micro_batch=np.array([plan.micro_batch]),
-                 layers=np.array([[s.layers for s in stages]]),
-                 tp=np.array([[s.tp for s in stages]]),
-                 recompute=np.array([[RECOMPUTE_MODES.index(s.recompute) for s in stages]]),
-                 domain=np.array([[s.domain for s in stages]]),
-                 memory=np.array([memory]), usable_memory=cm.usable_memory, domain_gpus=used,
-                 occupancy=np.array([occupancy]).reshape(1, len(occupancy)),
-                 wan=(link_from != link_to).reshape(1, len(occupancy)),
-                 link_from=link_from.reshape(1, len(occupancy)),
-                 link_to=link_to.reshape(1, len(occupancy)),
-                 period=np.array([period]), comm_cost=np.array([comm_cost]),
-                 virtual_stages=np.array([plan.virtual_stages]))

@@ -45,7 +45,7 @@ def random_plan(instance: Instance, rng: np.random.Generator) -> Plan | None:
     if not pairs:
         return None
     dp, micro_batch = pairs[rng.integers(len(pairs))]
-    free = np.array([d.free_gpus for d in instance.domains])
+    free = instance.free_gpus
     usable = np.flatnonzero(free >= dp * min(search.tp))
     if len(usable) == 0:
         return None
@@ -93,7 +93,7 @@ def chain_plans(instance: Instance) -> list[Plan]:
     ordered greedily along the widest links, one stage per domain with the largest tp that
     fits dp replicas, layers split by the GPUs of each stage, one recompute mode for all."""
     search, batch = instance.search, instance.training.global_batch
-    free = np.array([d.free_gpus for d in instance.domains])
+    free = instance.free_gpus
     bandwidth = instance.links.bandwidth_gbps
     by_free = list(np.argsort(-free, kind="stable"))
     plans = []

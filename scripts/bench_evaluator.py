@@ -2,7 +2,7 @@
 
     python scripts/bench_evaluator.py [--plans 20000] [--repeat 2000]
 
-Targets (issue 2): single-plan evaluation median <= 200 us; batched >= 20,000 plans/s.
+Targets (issue 16): single-plan evaluation median <= 100 us; batched >= 100,000 plans/s.
 """
 
 import argparse

@@ -73,7 +73,7 @@ def pair_tables(instance: Instance, dp: int, micro_batch: int) -> PairTables | N
     cm = cost_model(instance)
     m = training.global_batch // (dp * micro_batch)
     b = micro_batch
-    free = np.array([d.free_gpus for d in instance.domains])
+    free = instance.free_gpus
     options = tuple((t, rc) for t in search.tp for rc in search.recompute
                     if t <= instance.gpu.gpus_per_node and model.heads % t == 0
                     and dp * t <= free.max())
@@ -133,7 +133,7 @@ def with_links(tables: PairTables, instance: Instance) -> PairTables:
     ``instance``, an instance of the same domains, model and search space (e.g. after a
     bandwidth change): the per-pair terms recomputed, the rest kept."""
     return dataclasses.replace(
-        tables, instance=instance, free_gpus=np.array([d.free_gpus for d in instance.domains]),
+        tables, instance=instance, free_gpus=instance.free_gpus,
         **_link_terms(instance, tables.dp, tables.micro_batch, tables.micro_batches))
 
 

@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from formulation.evaluator import evaluate_plans
-from formulation.instance import Instance
+from formulation.evaluator import VIOLATIONS, evaluate_plans
+from formulation.instance import Constraints, Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
 from formulation.result import evaluate
@@ -95,10 +95,22 @@ def test_single_and_batch_agree_on_interleaved_plans(generated: Instance) -> Non
             plans.append(chunks(plan, int(rng.integers(2, 5))))
     batch = evaluate_plans(generated, plans)
     assert batch.feasible.any() and (~batch.feasible).any()
+    # the same plans under a WAN-share cap and a cost budget that some of them break
+    share = np.max(np.concatenate([batch.boundary_occupancy_s, batch.wrap_occupancy_s[:, None]],
+                                  axis=1), axis=1) / batch.period_s
+    constrained = generated.replace(constraints=Constraints(
+        wan_share_cap=float(np.percentile(share, 25)),
+        cost_budget=float(np.median(batch.comm_cost))))
+    capped = evaluate_plans(constrained, plans)
+    for kind in ("wan_cap", "cost_budget"):
+        column = capped.violation[:, VIOLATIONS.index(kind)]
+        assert column.any() and (~column).any(), kind
     for i, plan in enumerate(plans):
         single = evaluate(generated, plan)
         assert single.objectives == pytest.approx(tuple(batch.objectives[i]), rel=1e-12)
         assert single.feasible is bool(batch.feasible[i])
+        assert {v.kind.value for v in evaluate(constrained, plan).violations} == {
+            VIOLATIONS[k] for k in np.flatnonzero(capped.violation[i])}
         assert single.stage_in_flight == pytest.approx(
             list(batch.stage_in_flight[i, :plan.num_stages]), rel=1e-12)
         assert single.breakdown["period_s"] == pytest.approx(batch.period_s[i], rel=1e-12)

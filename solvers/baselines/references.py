@@ -62,7 +62,7 @@ def baseline_references(instance: Instance, tables: list[PairTables] | None = No
     if tables is None:
         tables = all_pair_tables(full_capacity(instance))
     uniform = uniform_plans(instance, tables) if uniform is None else uniform
-    free = np.array([d.free_gpus for d in instance.domains])
+    free = instance.free_gpus
     fastest = uniform.fastest(free)
     if fastest is not None:
         single_plan, single_objectives, single_ok = _fastest(instance, [uniform.plan(*fastest)])

@@ -217,7 +217,7 @@ def single_domain_candidates(instance: Instance, domains: list[int] | None = Non
     """Every balanced uniform one-domain plan that fits its domain's free GPUs (of
     ``domains``, default all)."""
     table = uniform_plans(instance)
-    free = np.array([d.free_gpus for d in instance.domains])
+    free = instance.free_gpus
     usable = table.usable(free)
     domains = range(instance.num_domains) if domains is None else domains
     return [table.plan(row, k) for k in domains for row in np.flatnonzero(usable[:, k])]
@@ -225,7 +225,7 @@ def single_domain_candidates(instance: Instance, domains: list[int] | None = Non
 
 def single_domain(instance: Instance) -> Decisions:
     table = uniform_plans(instance)
-    free = np.array([d.free_gpus for d in instance.domains])
+    free = instance.free_gpus
     row, domain = np.nonzero(table.usable(free))
     if not len(row):
         attempt = one_domain_attempt(instance, domains_by_free_gpus(instance)[0])
