@@ -62,9 +62,7 @@ class SuiteEntry:
     free_share_range: tuple[float, float]
     search: SearchSpace
     base_seed: int
-    # The committed fronts were computed with the attention of 2021 (issue 16 makes FlashAttention
-    # the default; the suites move to it when their fronts are recomputed), so they say so.
-    attention: str = "eager"
+    attention: str = "flash"  # the training's attention kernel (formulation.instance.Training)
 
     def generate(self, seed: int) -> Instance:
         return generate_instance(self.domains, self.model, seed, self.topology,
@@ -93,9 +91,10 @@ SIZES = {("7b", "random"): ((16, 32), (0.1, 0.4)), ("7b", "cn-hubs"): ((16, 32),
          ("70b", "aws-10"): ((16, 64), (0.1, 0.3))}
 
 
-def _entry(domains: int, model: str, topology: str, search: SearchSpace, base: int) -> SuiteEntry:
+def _entry(domains: int, model: str, topology: str, search: SearchSpace, base: int,
+           attention: str = "flash") -> SuiteEntry:
     gpu_range, free_share = SIZES[model, topology]
-    return SuiteEntry(domains, model, topology, gpu_range, free_share, search, base)
+    return SuiteEntry(domains, model, topology, gpu_range, free_share, search, base, attention)
 
 
 QUICK = [_entry(k, model, topology, QUICK_SEARCH, 100 + 10 * i) for i, (k, model, topology) in
@@ -114,7 +113,10 @@ BENCH = [_entry(k, model, topology, BENCH_SEARCH, 1000 + 100 * i) for i, (k, mod
              (16, "70b", "cn-hubs"),
              (20, "70b", "cn-hubs"), (20, "7b", "cn-hubs"), (20, "13b", "random"),
              (20, "70b", "random")])]
-FULL = [_entry(k, model, topology, SearchSpace(), 5000 + 100 * i) for i, (k, model, topology) in
+# The full suite's best-known fronts take hours (README); until they are recomputed they keep
+# the attention of the rounds before FlashAttention became the default, and say so.
+FULL = [_entry(k, model, topology, SearchSpace(), 5000 + 100 * i, attention="eager")
+        for i, (k, model, topology) in
         enumerate([(5, "7b", "random"), (5, "70b", "aws-10"), (6, "13b", "cn-hubs"),
                    (8, "70b", "cn-hubs"), (8, "13b", "random"), (10, "70b", "aws-10"),
                    (10, "7b", "cn-hubs"), (12, "70b", "random"), (16, "7b", "random"),

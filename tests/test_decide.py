@@ -143,7 +143,7 @@ def test_a_remembered_decision_explains_its_own_request(checkpoint: Path,
     scheduler = Scheduler(checkpoint)
     budget = Budgets(gpus=int(scheduler.decide(instance, (1, 0, 0)).evaluation.objectives[1]))
     asked = scheduler.decide(instance, (1, 0, 0), budgets=budget)
-    other = Instance.load(SUITES_DIR / "quick" / "random-k8-llama2-7b-s151.json")
+    other = Instance.load(SUITES_DIR / "quick" / "random-k8-llama2-7b-s157.json")
     scheduler.decide(other, (1, 0, 0), budgets=Budgets(gpus=8))  # the env now holds this
     remembered = scheduler.decide(instance, (1, 0, 0), budgets=budget)
     assert remembered.plan == asked.plan

@@ -94,10 +94,10 @@ def test_a_time_limit_gives_a_best_known_front_never_exact():
 # formulation that moves them must be deliberate.
 GOLDEN_SPACE = SearchSpace(dp=(2,), tp=(2, 4), micro_batch=(1,), recompute=("none", "full"),
                            max_stages=3)
-GOLDEN = [
-    (0, {}, 84.05146335896485, 24),
-    (0, {"gpu_cap": 12}, 114.32533877205825, 12),
-    (2, {"cost_cap": 1.0}, 136.1637354932773, 16),
+GOLDEN = [  # recorded on the FlashAttention quick suite (issue 16)
+    (0, {}, 70.41937548346422, 16),
+    (0, {"gpu_cap": 12}, 89.1250428265509, 12),
+    (2, {"cost_cap": 1.0}, 111.59907070617486, 8),
 ]
 
 
@@ -140,7 +140,7 @@ def test_cli_suite_runs_fronts_in_parallel_processes(tmp_path):
     assert done.returncode == 0, done.stderr
     written = sorted(tmp_path.glob("*.front.json"))
     assert [p.name for p in written] == ["aws-10-k5-llama2-70b-s110.front.json",
-                                         "random-k8-llama2-7b-s151.front.json"]
+                                         "random-k8-llama2-7b-s157.front.json"]
     for path in written:
         instance = Instance.load(next(p for p in suite_paths("quick")
                                       if p.stem == path.name.replace(".front.json", "")))

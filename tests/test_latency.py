@@ -15,7 +15,7 @@ from solvers.baselines import baseline_front
 
 @pytest.fixture(scope="module")
 def instance() -> Instance:
-    return Instance.load(SUITES_DIR / "quick" / "random-k8-llama2-7b-s151.json")
+    return Instance.load(SUITES_DIR / "quick" / "random-k8-llama2-7b-s157.json")
 
 
 def test_warm_up_is_not_timed():

@@ -14,7 +14,7 @@ from instances.suites import SUITES_DIR
 from solvers.baselines import baseline_front, baseline_references
 from solvers.local_search import local_search, neighbours
 
-QUICK = SUITES_DIR / "quick" / "random-k8-llama2-7b-s151.json"
+QUICK = SUITES_DIR / "quick" / "random-k8-llama2-7b-s157.json"
 
 
 @pytest.fixture(scope="module")
