@@ -196,8 +196,6 @@ def _wan_message(link: LinkFacts, lim: Limits, j: int, names: Sequence[str]) -> 
             f"{share:.0%} of the period > cap {cap:.0%}")
 
 
-
-
 RULES: tuple[Rule, ...] = (
     Rule(Kind.LAYERS, Scope.PLAN, lambda p, lim: p.layers != lim.layers,
          lambda p, lim, j, names: f"the stages hold {p.layers} layers, the model has "
@@ -232,7 +230,9 @@ RULES: tuple[Rule, ...] = (
                                   f"{p.stages} stages, got {p.micro_batches}"),
 )
 assert tuple(dict.fromkeys(rule.kind for rule in RULES)) == PHYSICAL
-WAN_CAP_RULE, COST_BUDGET_RULE = RULES[4], RULES[5]
+# the two rules a DiLoCo sync answers to as well
+WAN_CAP_RULE = next(rule for rule in RULES if rule.kind is Kind.WAN_CAP)
+COST_BUDGET_RULE = next(rule for rule in RULES if rule.kind is Kind.COST_BUDGET)
 
 
 # -- applying the rules -----------------------------------------------------------------------
