@@ -17,12 +17,14 @@ from formulation.evaluator import (
     cost_model,
     evaluate_batch,
     evaluate_plans,
+    latency_bound,
     robust_instance,
 )
 from formulation.feasibility import Kind, Violation
 from formulation.instance import RECOMPUTE_MODES, Constraints, Instance
 from formulation.plan import Plan, Stage
 from formulation.result import evaluate
+from formulation.result import latency_bound as scalar_latency_bound
 from formulation.schema import InputError
 from instances.sample import random_plan
 
@@ -433,3 +435,25 @@ def test_batch_arrays_outside_the_instance_are_rejected(generated, sample_plans)
         evaluate_batch(generated, dataclasses.replace(batch, domain=batch.domain + 99))
     with pytest.raises(ValueError, match="tp must be >= 1"):
         evaluate_batch(generated, dataclasses.replace(batch, tp=batch.tp * 0))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_scalar_latency_bound_is_every_windows_maximum(seed: int) -> None:
+    """The single-plan evaluator's latency bound skips window starts that cannot beat the
+    slowest stage: on random chains, fast and slow links, ties and zeros, it still equals
+    the maximum over every window, and the batch evaluator's."""
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        count = int(rng.integers(1, 21))
+        compute = list(rng.choice([0.0, 0.5, 1.0], count) if rng.random() < 0.2
+                       else rng.random(count))
+        delay = [0.0] + list(rng.random(count - 1) * rng.choice([0.0, 0.05, 1.0, 5.0])
+                             * (rng.random(count - 1) < 0.6))
+        every_window = max(
+            (sum(compute[k:j + 1]) + 2 * sum(delay[k + 1:j + 1])) / (j - k + 1)
+            for k in range(count) for j in range(k, count))
+        assert scalar_latency_bound(compute, delay) == pytest.approx(every_window, rel=1e-12,
+                                                                      abs=1e-300)
+        batch = latency_bound(np.array([compute]), np.array([delay]), np.array([count]))
+        assert scalar_latency_bound(compute, delay) == pytest.approx(float(batch[0]),
+                                                                      rel=1e-12, abs=1e-300)
