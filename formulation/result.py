@@ -116,8 +116,8 @@ def latency_bound(compute_from_end: list[float], delay_from_end: list[float]) ->
     """Scalar form of :func:`formulation.evaluator.latency_bound` (same indexing)."""
     # A window k..j's mean is that of {c_k} and {w_i = c_i + 2 d_i : k < i <= j}. Single
     # windows give max(c) =: b, and a window beats b only if (c_k - b) + sum (w_i - b) > 0:
-    # a start whose best such sum (``gain``, a suffix scan) stays <= 0 is skipped. Most
-    # starts are: only those just before a slow link can beat b.
+    # a start whose best such sum (``gain``, a suffix scan) stays <= 0 is skipped (a
+    # chain without a slow link after that start).
     count = len(compute_from_end)
     widened = [c + 2 * d for c, d in zip(compute_from_end, delay_from_end, strict=True)]
     best = max(compute_from_end, default=0.0)
