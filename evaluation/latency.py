@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 def one_domain_view(instance: Instance) -> Instance:
     """The instance reduced to its domain with the most free GPUs (first on ties)."""
-    k = int(np.argmax([d.free_gpus for d in instance.domains]))
+    k = int(np.argmax(instance.free_gpus))
     return instance.replace(name=f"{instance.name}/one-domain", domains=(instance.domains[k],),
                             links=Links.none(instance.links.eps), trace=None)
 

@@ -110,7 +110,7 @@ def load_stability(instance: Instance, plan: AnyPlan, seed: int,
                    settings: RobustnessSettings = RobustnessSettings()) -> float:
     """Share of intervals in which the plan fits the free GPUs of a +-20 % load walk."""
     used = domain_gpus(plan, instance.num_domains)
-    free = np.array([d.free_gpus for d in instance.domains], dtype=float)
+    free = instance.free_gpus.astype(float)
     shares = []
     for index in range(settings.traces):
         trace = _trace(instance, seed + index, settings.load_intervals, settings, 0.0)

@@ -202,12 +202,12 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
     gpus = sum(used.values())
 
     run_hours = training.steps * step / 3600
-    free = instance.free_gpus
     found = violations(
         limits(instance), cm.domain_names,
         PlanFacts(sum(s.layers for s in plan.stages), min(s.layers for s in plan.stages), count, v,
                   training.global_batch // (dp * b), comm_cost),
-        stage_facts, ((k, DomainFacts(n, int(free[k]))) for k, n in used.items()),
+        stage_facts,
+        ((k, DomainFacts(n, instance.domains[k].free_gpus)) for k, n in used.items()),
         (LinkFacts(busy, period, k_from != k_to, k_from, k_to,
                    Role.WRAP if j == count - 1 else Role.BOUNDARY)
          for j, (busy, (k_from, k_to)) in enumerate(zip(occupancy, links, strict=True))))

@@ -181,7 +181,7 @@ class InstanceCache:
             raise InputError(f"instance {instance.name!r}: model.layers "
                              f"{instance.model.layers}, the agent handles <= {ACTIONS}")
         statics = InstanceStatics.of(instance) if statics is None else statics
-        free = np.array([d.free_gpus for d in instance.domains], dtype=np.int64)
+        free = instance.free_gpus
         self.rules = PlanRules(instance, [with_free_gpus(t, free) for t in statics.tables],
                                statics.limits)
         # action codes of the offered pairs (None: out of the agent's range) and options

@@ -230,7 +230,7 @@ class PlanRules:
     def __init__(self, instance: Instance, tables: list[PairTables] | None = None,
                  limits: dict | None = None):
         self.instance = instance
-        self.free = np.array([d.free_gpus for d in instance.domains], dtype=np.int64)
+        self.free = instance.free_gpus
         self.layers = instance.model.layers
         self._limits: dict[tuple[int, int], PairLimits] = {} if limits is None else limits
         candidates = all_pair_tables(instance) if tables is None else tables

@@ -132,7 +132,7 @@ def _bench(args: argparse.Namespace) -> None:
                 timed(instance, "warm, same request", asked[int(rng.integers(len(asked)))])
             for _ in range(args.repeats):
                 timed(perturb(instance, rng, 0.3), "bandwidth change")
-            free = np.array([d.free_gpus for d in instance.domains])
+            free = instance.free_gpus
             for _ in range(max(1, args.repeats // 5)):
                 moved = np.rint(free * rng.uniform(0.8, 1.2, size=len(free))).astype(int)
                 timed(instance.with_link_state(free_gpus=moved), "load change")

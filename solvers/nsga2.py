@@ -128,7 +128,7 @@ class PlanProblem(Problem):
         self.polish = polish
         instance = encoding.instance
         self.usable_memory = cost_model(instance).usable_memory
-        self.free = np.array([d.free_gpus for d in instance.domains], dtype=float)
+        self.free = instance.free_gpus.astype(float)
         self.evaluations = 0
         self.archive_objectives = np.zeros((0, 3))
         self.archive_genes = np.zeros((0, encoding.num_genes))
