@@ -372,10 +372,18 @@ class CostModel:
         * delta: the mean of a micro-batch's two crossings, ``A / B + L`` on each direction
           (activations forward, gradients backward), so that the two take ``2 delta`` (SPEC
           3.1); equal to ``A / B + L`` on a symmetric link, to the last bit."""
-        forward, backward = self._drains(k_from, k_to, b, dp)
-        delay = ((forward + self.link_latency(k_from, k_to))  # paired so that a symmetric
-                 + (backward + self.link_latency(k_to, k_from))) / 2  # link gives 2x / 2 = x
+        forward, backward, latency_forward, latency_backward = self.boundary_directions(
+            k_from, k_to, b, dp)
+        delay = ((forward + latency_forward)  # paired so that a symmetric
+                 + (backward + latency_backward)) / 2  # link gives 2x / 2 = x
         return np.maximum(forward, backward), delay
+
+    def boundary_directions(self, k_from, k_to, b, dp):
+        """(drain forward, drain backward, latency forward, latency backward) of a boundary:
+        each direction apart, as the event simulation and the interleaved schedule graph
+        (:mod:`formulation.schedule_graph`) take them."""
+        forward, backward = self._drains(k_from, k_to, b, dp)
+        return forward, backward, self.link_latency(k_from, k_to), self.link_latency(k_to, k_from)
 
     def boundary_occupancy(self, k_from, k_to, b, dp):
         """Occupancy of :meth:`boundary_link_terms`."""

@@ -20,33 +20,25 @@ simulation by up to 21 %. Each window is still linear in the MILP's position var
 Interleaved 1F1B (``virtual_stages`` v > 1, SC'21 section 2.2): every micro-batch crosses
 each boundary v times a direction and the wrap-around boundary (last stage to first) v - 1
 times, so a boundary's occupancy per period, its traffic and its cost scale by v (v - 1 on
-the wrap). In Megatron-LM's order a stage runs one forward and one backward chunk per slot
-of ``P / v``, and stage p's warm-up is ``2 (S - p - 1) + (v - 1) S`` chunks: a window of L
-consecutive stages is a cycle of ``2 L - 1`` slots (the plain schedule's window of L stages
-holds L micro-batches), so::
+the wrap). Megatron-LM's order runs a group of S micro-batches round by round, so a window
+of stages is no longer a cycle of the schedule for every micro-batch; the period P is the
+steady state of the schedule's event graph over one group, FIFO links included
+(:mod:`formulation.schedule_graph`: the largest cycle ratio, exact against the event
+simulation's long-run rate), and::
 
-    P      >= max over windows W of consecutive model chunks (S v of them, chunk i on
-              stage i % S, the wrap joining one round's last stage to the next round's first)
-              (sum_W c + 2 v sum_W delta) / (2 |W| - 1)
     T_pipe  = max((m - 1) P + sum c / v + (1 - 1/v) P + 2 (v sum delta + (v - 1) delta_wrap),
                   sum c + 2 (v sum delta + (v - 1) delta_wrap))
 
 the fill and drain paying every crossing of one micro-batch's path (the first micro-batch's
 forward and the last one's backward cross each boundary v times with nothing to overlap
-them), the second term being that micro-batch's own path through every chunk; a long
-window's bound tends to one lap of the ring, ``(sum c + 2 v (sum delta + delta_wrap)) /
-(2 S)``. For windows inside one round the cycle is exact; a window across the wrap closes
-only for some micro-batches of a group (the wrap is taken between rounds), where its bound
-overestimates. Against the event simulation (``scripts/closed_form_vs_simulation.py
---virtual-stages V``) the closed form is exact on uniform pipelines without communication
-(Megatron's ``(m + (S-1)/v)`` makespan) and looser than plain 1F1B's over the WAN (README):
-the stage-level compute ``c`` stands for a chunk's forward and backward alike, where cycles
-crossing the wrap in one direction weigh them apart, and a link's v messages a period may
-queue. The schedule is Megatron-Core's (no all-forward special case when m = S), and the
-wrap-around's gradients and a forward boundary's activations on the same pair of domains
-are separate channels, as two boundaries of a plain plan on one pair are. A stage's
-activations are those of ``(2 q + (v - 1) S + 1) / v`` micro-batches, q its position from
-the end (Korthikanti et al. 2022, section 4.2.3: ``S (1 + (S - 1) / (S v))`` on the first
+them), the second term being that micro-batch's own path through every chunk. Exact on
+uniform pipelines without communication (Megatron's ``(m + (S-1)/v)`` makespan); over the
+WAN the fill and drain are the approximate part (README: ``scripts/closed_form_vs_simulation.py
+--virtual-stages V``). The schedule is Megatron-Core's (no all-forward special case when
+m = S), and the wrap-around's gradients and a forward boundary's activations on the same pair
+of domains are separate channels, as two boundaries of a plain plan on one pair are. A
+stage's activations are those of ``(2 q + (v - 1) S + 1) / v`` micro-batches, q its position
+from the end (Korthikanti et al. 2022, section 4.2.3: ``S (1 + (S - 1) / (S v))`` on the first
 stage).
 An interleaved plan needs S >= 2, at least v layers per stage and micro-batches a multiple
 of S (violation ``schedule``).
@@ -76,6 +68,7 @@ from formulation.feasibility import (
 )
 from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
+from formulation.schedule_graph import steady_period
 
 # Violation kinds (:class:`formulation.feasibility.Kind` values), in the column order of
 # ``BatchEvaluation.violation``.
@@ -300,10 +293,11 @@ def evaluate_batch(instance: Instance, batch: PlanBatch,
                                          np.take_along_axis(delay, by_boundary, axis=1), 0.0)
     busiest = np.maximum(compute.max(axis=1), occupancy.max(axis=1, initial=0.0))
     windows = latency_bound(compute_from_end, delay_from_end, n_stages)
-    if wrapped.any():
-        rows = np.flatnonzero(wrapped)
-        windows[rows] = interleaved_windows(compute[rows], delay[rows], wrap_delay[rows],
-                                            n_stages[rows], v[rows])
+    for i in np.flatnonzero(wrapped):  # interleaved rows are few; each has its own graph
+        count = int(n_stages[i])
+        windows[i] = interleaved_period(cm, int(batch.micro_batch[i]), int(batch.dp[i]),
+                                        layers[i, :count], t[i, :count], domain[i, :count],
+                                        compute[i, :count], int(v[i]))
     period, pipeline = pipeline_time(m, v, compute.sum(axis=1),
                                      np.maximum(busiest, wrap_occupancy), windows,
                                      2 * delay.sum(axis=1), wrap_delay)
@@ -362,40 +356,30 @@ def micro_batches_in_flight(m, position, stages, virtual_stages):
     return np.where(virtual_stages > 1, np.minimum(m, interleaved), plain)
 
 
-def interleaved_windows(compute: np.ndarray, delay: np.ndarray, wrap_delay: np.ndarray,
-                        stages: np.ndarray, virtual_stages: np.ndarray) -> np.ndarray:
-    """max over windows W of consecutive model chunks (the ``S v`` chunks in model order:
-    stage ``i % S`` holds chunk i, the wrap joining round r's last stage to round r + 1's
-    first) of ``(sum_W c + 2 v sum_W delta) / (2 |W| - 1)`` (module docstring). ``compute``
-    (N, S) front to back, ``delay`` (N, S-1) between stages j and j + 1, padded after each
-    row's ``stages``. Windows starting in a later round repeat those of the first, so they
-    start in the first."""
-    n, width = compute.shape
-    best = compute.max(axis=1, initial=0.0)
-    for i in range(n):  # interleaved rows are few; each is one matrix of windows
-        count, v = max(int(stages[i]), 1), int(virtual_stages[i])
-        ring_delay = np.zeros(count)  # the crossing after each stage, the wrap after the last
-        ring_delay[:count - 1] = delay[i, :count - 1]
-        ring_delay[count - 1] = wrap_delay[i]
-        chunk_compute = np.tile(compute[i, :count], v)  # chunk j on stage j % S
-        crossing = np.tile(2 * v * ring_delay, v)
-        compute_before = np.concatenate([[0.0], np.cumsum(chunk_compute)])
-        crossings_before = np.concatenate([[0.0], np.cumsum(crossing)])
-        start = np.arange(count)[:, None]  # later rounds repeat the first's windows
-        end = np.arange(count * v)[None, :]
-        total = (compute_before[end + 1] - compute_before[start]
-                 + crossings_before[end] - crossings_before[start])
-        ratio = np.where(end >= start, total / (2 * (end - start) + 1), 0.0)
-        best[i] = max(best[i], float(ratio.max()))
-    return best
+def interleaved_period(cm: CostModel, b: int, dp: int, layers, tp, domain, compute,
+                       virtual_stages: int) -> float:
+    """The steady-state period P of an interleaved plan: the largest cycle ratio of its
+    schedule graph (:mod:`formulation.schedule_graph`), over a group of S micro-batches.
+    ``layers``, ``tp``, ``domain``, ``compute``: the stages front to back. A single stage
+    cannot interleave (a ``schedule`` violation); it is still scored, by its compute."""
+    count = len(layers)
+    if count < 2:
+        return float(max(compute))
+    forward = np.array([layers[j] * cm.layer_forward_time(b, int(tp[j]))
+                        + cm.edge_times(b, int(tp[j]), j == 0, j == count - 1)[0]
+                        for j in range(count)])
+    ends = np.append(np.asarray(domain, dtype=np.int64), int(domain[0]))  # the wrap last
+    links = cm.boundary_directions(ends[:-1], ends[1:], b, dp)
+    terms = np.concatenate([forward, np.asarray(compute, dtype=float) - forward,
+                            *(np.broadcast_to(x, (count,)) for x in links)])
+    return steady_period(count, virtual_stages, terms)
 
 
 def pipeline_time(m, v, compute_sum, busiest, windows, round_trips, wrap_delay):
     """(P, T_pipe) of a plain or interleaved 1F1B pipeline (module docstring): ``busiest``
-    the slowest stage or busiest link per period (the wrap included), ``windows`` the bound
-    of the windows of consecutive stages (:func:`latency_bound` for plain 1F1B,
-    :func:`interleaved_windows`), ``round_trips`` the ``2 sum delta`` of the boundaries.
-    Scalars or arrays."""
+    the slowest stage or busiest link per period (the wrap included), ``windows`` the
+    latency bound (:func:`latency_bound` for plain 1F1B, :func:`interleaved_period`),
+    ``round_trips`` the ``2 sum delta`` of the boundaries. Scalars or arrays."""
     period = np.maximum(busiest, windows)
     steady = ((m - 1) * period + compute_sum / v + (1 - 1 / v) * period + v * round_trips
               + 2 * (v - 1) * wrap_delay)

@@ -13,13 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from formulation.costmodel import GB
 from formulation.evaluator import (
     cost_model,
     derived_metrics,
-    interleaved_windows,
+    interleaved_period,
     limits,
     micro_batches_in_flight,
     pipeline_time,
@@ -192,10 +190,9 @@ def evaluate(instance: Instance, plan: Plan) -> Evaluation:
                      latency_bound(compute[::-1], [0.0] + delay[::-1]))
         pipeline = (m - 1) * period + sum(compute) + 2 * sum(delay)
     else:
-        windows = interleaved_windows(np.array([compute]), np.array([delay[:-1]]),
-                                      np.array([delay[-1]]), np.array([count]),
-                                      np.array([v]))
-        period, pipeline = (float(x[0]) for x in pipeline_time(
+        windows = interleaved_period(cm, b, dp, [s.layers for s in plan.stages],
+                                     [s.tp for s in plan.stages], ends, compute, v)
+        period, pipeline = (float(x) for x in pipeline_time(
             m, v, sum(compute), max(max(compute), max(occupancy)), windows,
             2 * sum(delay[:-1]), delay[-1]))
     step = pipeline + allreduce + optimizer

@@ -174,7 +174,7 @@ def _validate(spec: PipelineSpec) -> tuple[np.ndarray, ...]:
     return fwd, bwd, size, directions[0], directions[1]
 
 
-def _stage_ops(stage: int, stages: int, m: int, chunks: int = 1) -> list[tuple[str, int, int]]:
+def stage_ops(stage: int, stages: int, m: int, chunks: int = 1) -> list[tuple[str, int, int]]:
     """The op order of one stage, (kind, micro-batch, chunk): warm-up forwards, the 1F1B steady
     state, cool-down backwards; with chunks > 1 Megatron-LM's interleaved order."""
     total = m * chunks
@@ -257,7 +257,7 @@ def simulate_pipeline(spec: PipelineSpec, record: bool = False) -> SimulationRes
     nan = float("nan")
     act = [[0.0] * m + [nan] * (m * (v - 1))] + [[nan] * (m * v) for _ in range(s - 1)]
     grad = [[nan] * (m * v) for _ in range(s - 1)] + [[nan] * (m * (v - 1)) + [-math.inf] * m]
-    ops = [_stage_ops(i, s, m, v) for i in range(s)]
+    ops = [stage_ops(i, s, m, v) for i in range(s)]
     cursor = [0] * s
     stage_free = [0.0] * s
     fwd_list, bwd_list = fwd.tolist(), bwd.tolist()
