@@ -36,12 +36,14 @@ from solvers.front import Front, FrontPoint, command_line, nondominated_mask, ve
 
 DEFAULT_LIMIT = 5_000_000
 DEFAULT_CHUNK = 50_000
-FIELDS = ("dp", "micro_batch", "num_stages", "domain", "layers", "tp", "recompute")  # PlanBatch
+FIELDS = ("dp", "micro_batch", "num_stages", "domain", "layers", "tp", "recompute",
+          "virtual_stages")  # PlanBatch
 
 
 @dataclass(frozen=True, eq=False)
 class _Block:
-    """All plans of one (dp, micro-batch) pair and one stage count S.
+    """All plans of one (dp, micro-batch) pair, one stage count S and one schedule (v model
+    chunks per stage; 1: plain 1F1B).
 
     Row ``i`` of the block is the ``i``-th element of
     ``itertools.product(options, ..., options, compositions)`` (S factors ``options``): the
@@ -52,7 +54,8 @@ class _Block:
     micro_batch: int
     stages: int
     options: np.ndarray  # (O, 3) rows (domain, tp, recompute code)
-    compositions: np.ndarray  # (C, S) layer counts of the stages, each >= 1
+    compositions: np.ndarray  # (C, S) layer counts of the stages, each >= max(1, v)
+    virtual_stages: int = 1
 
     def __len__(self) -> int:
         return len(self.options) ** self.stages * len(self.compositions)
@@ -76,9 +79,11 @@ def stage_options(instance: Instance, dp: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
-def compositions(layers: int, parts: int) -> np.ndarray:
-    """(C(layers-1, parts-1), parts) table of the ways to cut ``layers`` into positive parts,
-    in lexicographic order of the cut points."""
+def compositions(layers: int, parts: int, least: int = 1) -> np.ndarray:
+    """(C(layers - parts (least - 1) - 1, parts - 1), parts) table of the ways to cut
+    ``layers`` into parts of at least ``least``, in lexicographic order of the cut points."""
+    if least > 1:
+        return compositions(layers - parts * (least - 1), parts) + (least - 1)
     cuts = np.array(list(itertools.combinations(range(1, layers), parts - 1)),
                     dtype=np.int64).reshape(math.comb(layers - 1, parts - 1), parts - 1)
     bounds = np.concatenate([np.zeros((len(cuts), 1), np.int64), cuts,
@@ -86,38 +91,44 @@ def compositions(layers: int, parts: int) -> np.ndarray:
     return np.diff(bounds, axis=1)
 
 
+def _schedules(instance: Instance, micro_batches: int, stages: int) -> list[int]:
+    """The chunk counts v a plan of S stages may run: 1, and each interleaving of the search
+    space that Megatron-LM can run (S >= 2, m a multiple of S, at least v layers a stage);
+    the others are ``schedule`` violations for sure."""
+    layers = instance.model.layers
+    return [v for v in sorted(set(instance.search.virtual_stages))
+            if v == 1 or (stages >= 2 and micro_batches % stages == 0 and layers >= v * stages)]
+
+
 def _blocks(instance: Instance) -> Iterator[_Block]:
-    """The search space as blocks, in a fixed order: dp, micro-batch, stage count."""
+    """The search space as blocks, in a fixed order: dp, micro-batch, stage count, v."""
     search, layers = instance.search, instance.model.layers
     for dp in sorted(set(search.dp)):
         options = stage_options(instance, dp)
         for b in sorted(set(search.micro_batch)):
             if instance.training.global_batch % (dp * b) or not len(options):
                 continue
+            m = instance.training.global_batch // (dp * b)
             for stages in range(1, min(search.max_stages, layers) + 1):
-                yield _Block(dp, b, stages, options, compositions(layers, stages))
-
-
-def check_plain_schedules(instance: Instance) -> None:
-    """Brute force enumerates plain 1F1B plans: a space that lists interleaving is refused
-    (its front would not be exact), as :func:`solvers.exact.exact_front` refuses it."""
-    if instance.search.virtual_stages != (1,):
-        raise InputError(f"search.virtual_stages {list(instance.search.virtual_stages)}: "
-                         f"brute force enumerates plain 1F1B plans (virtual_stages 1) only")
+                for v in _schedules(instance, m, stages):
+                    yield _Block(dp, b, stages, options, compositions(layers, stages, v), v)
 
 
 def count_plans(instance: Instance) -> int:
     """Exactly the number of plans :func:`enumerate_plans` yields (computed, not enumerated):
-    the sum over valid (dp, micro-batch) pairs and stage counts S of O^S * C(L-1, S-1)."""
-    check_plain_schedules(instance)
+    the sum over valid (dp, micro-batch) pairs, stage counts S and schedules v of
+    O^S * C(L - S (v - 1) - 1, S - 1)."""
     search, layers = instance.search, instance.model.layers
     total = 0
     for dp in sorted(set(search.dp)):
         options = len(stage_options(instance, dp))
-        pairs = sum(instance.training.global_batch % (dp * b) == 0
-                    for b in set(search.micro_batch))
-        total += pairs * sum(options ** s * math.comb(layers - 1, s - 1)
-                             for s in range(1, min(search.max_stages, layers) + 1))
+        for b in set(search.micro_batch):
+            if instance.training.global_batch % (dp * b):
+                continue
+            m = instance.training.global_batch // (dp * b)
+            total += sum(options ** s * math.comb(layers - s * (v - 1) - 1, s - 1)
+                         for s in range(1, min(search.max_stages, layers) + 1)
+                         for v in _schedules(instance, m, s))
     return total
 
 
@@ -138,7 +149,8 @@ def _rows(block: _Block, width: int, start: int, stop: int) -> PlanBatch:
     return PlanBatch(dp=np.full(count, block.dp, np.int64),
                      micro_batch=np.full(count, block.micro_batch, np.int64),
                      num_stages=np.full(count, block.stages, np.int64),
-                     domain=domain, layers=layers, tp=tp, recompute=recompute)
+                     domain=domain, layers=layers, tp=tp, recompute=recompute,
+                     virtual_stages=np.full(count, block.virtual_stages, np.int64))
 
 
 def _concatenate(parts: list[PlanBatch]) -> PlanBatch:
@@ -152,11 +164,13 @@ def enumerate_plans(instance: Instance, chunk: int = DEFAULT_CHUNK) -> Iterator[
     """Every plan of the search space, in batches of ``chunk`` rows (the last may be shorter).
 
     Each (dp, micro-batch) with ``global_batch % (dp * b) == 0``, each stage count S in
-    1..min(max_stages, layers), each sequence of S stage options (domain, tp, recompute; a
-    domain may repeat, consecutively or not) and each composition of the layers into S
-    positive parts, in that order. Stage options that are infeasible for sure are skipped:
-    ``tp > gpus_per_node``, ``heads % tp != 0`` and ``dp * tp`` above the domain's free GPUs
-    (see :func:`stage_options`); nothing that could be on the front is dropped. All batches
+    1..min(max_stages, layers), each schedule v of the search space, each sequence of S stage
+    options (domain, tp, recompute; a domain may repeat, consecutively or not) and each
+    composition of the layers into S positive parts, in that order. What is infeasible for
+    sure is skipped: stage options with ``tp > gpus_per_node``, ``heads % tp != 0`` or
+    ``dp * tp`` above the domain's free GPUs (see :func:`stage_options`), and interleavings
+    Megatron-LM cannot run (:func:`_schedules`: fewer than v layers in a stage among them);
+    nothing that could be on the front is dropped. All batches
     have the same width, min(max_stages, layers), so they can be concatenated; shorter plans
     are padded.
     """

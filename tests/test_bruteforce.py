@@ -6,6 +6,7 @@ must be exactly the non-dominated set of all feasible plans, scored by the evalu
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 
 from formulation.batch import RECOMPUTE_CODE, PlanBatch
 from formulation.evaluator import VIOLATIONS, evaluate_batch
-from formulation.instance import Instance
+from formulation.instance import RECOMPUTE_MODES, Instance
+from formulation.plan import Plan, Stage
 from formulation.result import evaluate
 from formulation.schema import InputError
 from instances.tiny import tiny_instance
@@ -30,7 +32,8 @@ from solvers.bruteforce import (
 )
 from solvers.front import Front, nondominated_mask
 
-FIELDS = ("dp", "micro_batch", "num_stages", "domain", "layers", "tp", "recompute")
+FIELDS = ("dp", "micro_batch", "num_stages", "domain", "layers", "tp", "recompute",
+          "virtual_stages")
 
 
 def _all(instance: Instance, chunk: int = 50_000) -> PlanBatch:
@@ -41,7 +44,7 @@ def _all(instance: Instance, chunk: int = 50_000) -> PlanBatch:
 def _rows(batch: PlanBatch) -> np.ndarray:
     """One integer row per plan holding every field (padding included)."""
     return np.column_stack([batch.dp, batch.micro_batch, batch.num_stages, batch.domain,
-                            batch.layers, batch.tp, batch.recompute])
+                            batch.layers, batch.tp, batch.recompute, batch.virtual_stages])
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,13 @@ def tiny() -> Instance:
 def scarce() -> Instance:
     """One free GPU per domain: plans with more GPUs must cross the WAN (58k plans)."""
     return tiny_instance(3, domains=4, layers=12, free_gpus=(1, 1, 1, 1))
+
+
+@pytest.fixture(scope="module")
+def interleaved() -> Instance:
+    """A tiny instance whose search space lists interleaving with 2 chunks a stage."""
+    instance = tiny_instance(3)
+    return instance.replace(search=dataclasses.replace(instance.search, virtual_stages=(1, 2)))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +87,7 @@ def test_tiny_instance_is_deterministic_and_validated() -> None:
             tiny_instance(4, **bad)
 
 
-@pytest.mark.parametrize("which", ["tiny", "scarce"])
+@pytest.mark.parametrize("which", ["tiny", "scarce", "interleaved"])
 def test_count_matches_enumeration(which: str, request: pytest.FixtureRequest) -> None:
     instance = request.getfixturevalue(which)
     batch = _all(instance)
@@ -144,7 +154,7 @@ def test_front_points_are_nondominated_feasible_and_reevaluate(tiny: Instance,
     assert provenance["parameters"] == {"limit": 5_000_000}
 
 
-@pytest.mark.parametrize("which", ["tiny", "scarce"])
+@pytest.mark.parametrize("which", ["tiny", "scarce", "interleaved"])
 def test_front_is_the_nondominated_set_of_all_feasible_plans(
         which: str, request: pytest.FixtureRequest) -> None:
     instance = request.getfixturevalue(which)
@@ -160,6 +170,36 @@ def test_front_is_the_nondominated_set_of_all_feasible_plans(
     assert np.all(np.any(np.all(points[None, :, :] <= feasible[:, None, :], axis=2), axis=1))
     one_pass = np.unique(feasible[nondominated_mask(feasible)], axis=0)
     assert np.array_equal(one_pass, np.unique(points, axis=0))
+    if which == "interleaved":  # the wider space pays: some points interleave
+        assert any(p.plan.virtual_stages > 1 for p in front.points)
+
+
+def test_interleaved_enumeration_drops_only_schedules_megatron_cannot_run() -> None:
+    """With v in {1, 2, 3}, the enumeration is a naive one's plans less exactly those the
+    evaluator finds a ``schedule`` violation in (one stage, m not a multiple of S, fewer
+    than v layers in a stage)."""
+    base = tiny_instance(2, layers=6, free_gpus=(2, 4, 1))
+    instance = base.replace(search=dataclasses.replace(
+        base.search, tp=(1,), recompute=("none",), virtual_stages=(1, 2, 3)))
+    naive = []
+    for dp, b in itertools.product(instance.search.dp, instance.search.micro_batch):
+        if instance.training.global_batch % (dp * b):
+            continue
+        options = [tuple(o) for o in stage_options(instance, dp).tolist()]
+        for count in range(1, instance.search.max_stages + 1):
+            for chain in itertools.product(options, repeat=count):
+                for cuts in itertools.combinations(range(1, instance.model.layers), count - 1):
+                    sizes = np.diff([0, *cuts, instance.model.layers])
+                    stages = tuple(Stage(k, int(n), t, RECOMPUTE_MODES[rc])
+                                   for (k, t, rc), n in zip(chain, sizes, strict=True))
+                    naive += [Plan(dp, b, stages, v) for v in instance.search.virtual_stages]
+    found = set(_all(instance).to_plans())
+    assert len(found) == count_plans(instance) and found <= set(naive)
+    dropped = [p for p in naive if p not in found]
+    assert dropped and any(p.virtual_stages > 1 for p in found)
+    schedule = evaluate_batch(instance, PlanBatch.from_plans(naive)).violation[
+        :, VIOLATIONS.index("schedule")]
+    assert {p for p, bad in zip(naive, schedule, strict=True) if bad} == set(dropped)
 
 
 def test_cross_domain_points_when_gpus_are_scarce(scarce: Instance) -> None:

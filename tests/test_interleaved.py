@@ -118,15 +118,14 @@ def test_single_and_batch_agree_on_interleaved_plans(generated: Instance) -> Non
                                                                   rel=1e-12)
 
 
-def test_brute_force_and_the_exact_sweep_refuse_interleaved_spaces() -> None:
-    """A front is exact only for what it searched: both enumerate plain 1F1B alone."""
+def test_the_exact_sweep_refuses_interleaved_spaces() -> None:
+    """A front is exact only for what it searched: the sweep's engines search plain 1F1B
+    alone (brute force enumerates interleaving too: tests/test_bruteforce.py)."""
     from formulation.schema import InputError
     from instances.tiny import tiny_instance
-    from solvers.bruteforce import brute_force_front
     from solvers.exact import exact_front
 
     tiny = tiny_instance(3)
     wide = tiny.replace(search=dataclasses.replace(tiny.search, virtual_stages=(1, 2)))
-    for solve in (brute_force_front, exact_front):
-        with pytest.raises(InputError, match="virtual_stages 1"):
-            solve(wide)
+    with pytest.raises(InputError, match="virtual_stages 1"):
+        exact_front(wide)
