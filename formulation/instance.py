@@ -303,8 +303,8 @@ class SearchSpace:
         )
         r.finish()
         if 1 not in space.virtual_stages:
-            raise InputError(f"{r.path}.virtual_stages must list 1 (plain 1F1B): the solvers "
-                             f"and the agent search 1F1B plans only, got "
+            raise InputError(f"{r.path}.virtual_stages must list 1 (plain 1F1B, which "
+                             f"NSGA-II, the baselines and the agent search), got "
                              f"{list(space.virtual_stages)}")
         if len(space.dp) * len(space.micro_batch) > MAX_PAIRS:
             raise InputError(f"{r.path}: {len(space.dp)} dp x {len(space.micro_batch)} "

@@ -341,3 +341,27 @@ class PairBounds:
         except LabelBudgetExceeded:  # the question is too large to settle here
             pass
         return floor
+
+
+class CellBounds:
+    """The bounds of an interleaved cell (:mod:`solvers.tables`): zero. The capacity DP and
+    the chain relaxation price plain 1F1B (its windows and its step time), and an
+    interleaved plan's period may lie below a window's, so they do not hold there; the
+    cell's engine proves what it claims by its own bound."""
+
+    deadline: float | None = None
+
+    def __init__(self, tables: PairTables):
+        self.tables = tables
+
+    def period_floor(self, gpu_cap: float | None = None, cost_cap: float | None = None) -> float:
+        return 0.0
+
+    def step_floor(self, gpu_cap: float | None = None, cost_cap: float | None = None,
+                   cutoff: float | None = None) -> float:
+        return 0.0
+
+
+def pair_bounds(tables: PairTables) -> PairBounds | CellBounds:
+    """The floors of a pair, or of an interleaved cell (none)."""
+    return CellBounds(tables) if tables.interleaved else PairBounds(tables)

@@ -40,7 +40,7 @@ import numpy as np
 
 from formulation.plan import Plan
 from formulation.result import evaluate
-from solvers.bounds import PairBounds
+from solvers.bounds import CellBounds, PairBounds
 from solvers.engine import ENGINES, Engine, ModelValues, Solve, SolveRequest, SolveStatus
 from solvers.tables import PairTables
 
@@ -150,7 +150,8 @@ class KnownPlans:
 class Certifier:
     """One pair's engine, its confirmer, its bounds and its known plans."""
 
-    def __init__(self, engine: Engine, make: Callable[[str], Engine], bounds: PairBounds,
+    def __init__(self, engine: Engine, make: Callable[[str], Engine],
+                 bounds: PairBounds | CellBounds,
                  known: KnownPlans, tolerance: float = TOLERANCE):
         self.engine = engine
         self.tables = engine.tables

@@ -62,7 +62,7 @@ from formulation.schema import (
     read_json,
     run_cli,
 )
-from solvers.bounds import PairBounds
+from solvers.bounds import pair_bounds
 from solvers.certify import TOLERANCE, Certifier, KnownPlans
 from solvers.engine import (
     ENGINES,
@@ -130,14 +130,21 @@ class ExactSettings:
 
 # -- the pieces of a sweep ----------------------------------------------------------------
 def certifiers(instance: Instance, settings: ExactSettings) -> list[Certifier]:
-    """One certifier per valid (dp, micro-batch) pair: engine, confirmer, bounds, plans."""
+    """One certifier per valid (dp, micro-batch) pair and interleaved cell: engine,
+    confirmer, bounds, plans."""
     out = []
-    for tables in all_pair_tables(instance):
+    for tables in all_pair_tables(instance, interleaved=True):
         out.append(Certifier(
             make_engine(settings.engine, tables, settings.threads),
             lambda name, tables=tables: make_engine(name, tables, settings.threads),
-            PairBounds(tables), KnownPlans()))
+            pair_bounds(tables), KnownPlans()))
     return out
+
+
+def cell_key(dp: int, micro_batch: int, virtual_stages: int, stages: int) -> tuple:
+    """The pair or interleaved cell a plan belongs to (a pair holds every plain plan of its
+    dp and micro-batch; a cell the interleaved ones with its v and S)."""
+    return (dp, micro_batch, virtual_stages, stages if virtual_stages > 1 else 0)
 
 
 def add_known(pool: PairPool, instance: Instance, plans: list[Plan]) -> None:
@@ -145,9 +152,11 @@ def add_known(pool: PairPool, instance: Instance, plans: list[Plan]) -> None:
     if not plans:
         return
     result = evaluate_plans(instance, plans)
-    index = {(c.tables.dp, c.tables.micro_batch): c for c in pool.certifiers}
+    index = {cell_key(c.tables.dp, c.tables.micro_batch, c.tables.virtual_stages,
+                      c.tables.positions): c for c in pool.certifiers}
     for plan, ok, row in zip(plans, result.admissible, result.objectives, strict=True):
-        certifier = index.get((plan.dp, plan.micro_batch))
+        certifier = index.get(cell_key(plan.dp, plan.micro_batch, plan.virtual_stages,
+                                       plan.num_stages))
         if ok and certifier is not None:
             certifier.known.add(plan, tuple(row))
 
@@ -233,9 +242,10 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     carries on as ``state`` if the run stops short again."""
     settings = settings or ExactSettings(engine=engine, threads=threads, time_limit=time_limit,
                                          solve_limit=solve_limit)
-    if instance.search.virtual_stages != (1,):  # a front is exact only for what it searched
-        raise InputError(f"search.virtual_stages {list(instance.search.virtual_stages)}: the "
-                         f"exact engines search plain 1F1B plans (virtual_stages 1) only")
+    if instance.search.virtual_stages != (1,) and instance.constraints.wan_share_cap is not None:
+        raise InputError(f"search.virtual_stages {list(instance.search.virtual_stages)} with "
+                         f"constraints.wan_share_cap: the exact engines search interleaving "
+                         f"only without a WAN share cap")
     start = time.perf_counter()
     # The time limit covers the whole run: seeding (at most half of it), the sweep and the
     # bounds of the front.
@@ -280,8 +290,8 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     for result in results:
         stats.merge(SweepStats(**result["stats"]))
         engines.merge(_engine_stats(result["engines"]))
-    all_tables = all_pair_tables(instance)
-    floors = [PairBounds(tables) for tables in all_tables]
+    all_tables = all_pair_tables(instance, interleaved=True)
+    floors = [pair_bounds(tables) for tables in all_tables]
     for bounds in floors:
         bounds.deadline = ends
     front = assemble(instance, states, seeds, stats,
@@ -294,7 +304,11 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
         "parameters": {**dataclasses.asdict(settings),
                        "workers": workers, "scheduler": scheduler,
                        "tolerance": TOLERANCE,
-                       "pairs": [[t.dp, t.micro_batch] for t in all_tables]},
+                       "pairs": [[t.dp, t.micro_batch] for t in all_tables
+                                 if not t.interleaved],
+                       **({"cells": [[t.dp, t.micro_batch, t.virtual_stages, t.positions]
+                                     for t in all_tables if t.interleaved]}
+                          if any(t.interleaved for t in all_tables) else {})},
         "wall_time_s": round(wall, 3), "runs": previous["runs"] + 1,
         "complete": all(s.done for s in states),
         "intervals": [[s.low, s.high, s.done] for s in states],
@@ -424,8 +438,10 @@ def export_models(instance: Instance, out: Path, fmt: str,
     first: none is one of ``inputs`` or something other than a regular file)."""
     from solvers.milp import build_model
 
-    pairs = all_pair_tables(instance)
-    paths = [output_path(out.with_name(f"{out.stem}-dp{t.dp}-b{t.micro_batch}.{fmt}"),
+    pairs = all_pair_tables(instance, interleaved=True)
+    paths = [output_path(out.with_name(f"{out.stem}-dp{t.dp}-b{t.micro_batch}"
+                                       + (f"-v{t.virtual_stages}-s{t.positions}"
+                                          if t.interleaved else "") + f".{fmt}"),
                          inputs, flag="--export", stdout=False) for t in pairs]
     for tables, path in zip(pairs, paths, strict=True):
         model = build_model(tables)

@@ -22,6 +22,14 @@ constraints, with the SPEC sections they state:
 * Step time ``T = (m - 1) P + sum c + 2 sum delta + T_allreduce + T_optimizer``.
 * Caps: ``N <= gpu_cap``, ``C <= cost_cap`` (mutable, for the epsilon-constraint method),
   and the instance's optional WAN share cap and cost budget (SPEC 5).
+* Interleaved cells (:mod:`solvers.tables`; v chunks a stage, exactly S stages): every
+  position active, at least v layers a stage, boundaries crossed v times (occupancy, cost),
+  a wrap-around link from the last stage to the first (a second transportation, crossed
+  v - 1 times), and in place of the windows the period of the schedule graph
+  (:mod:`formulation.schedule_graph`) stated by node potentials: ``P`` covers the graph's
+  largest cycle ratio iff potentials exist with ``pi_b - pi_a >= w_e - S P tokens_e`` on every
+  edge, each ``w_e`` linear in the layers and the links. ``T_pipe`` is the epigraph of the
+  evaluator's two interleaved terms. A WAN share cap is not stated there (refused).
 * Cuts (mutable, off by default): a floor on the period and on the step time, valid for
   every plan under the request's caps (``solvers.bounds``), with a per-cell McCormick form
   of "a stage's compute fits the period".
@@ -29,8 +37,10 @@ constraints, with the SPEC sections they state:
 
 from __future__ import annotations
 
+import numpy as np
 import pyomo.environ as pyo
 
+from formulation.schedule_graph import schedule_graph
 from solvers.engine import NO_CAP, ModelValues
 from solvers.tables import PairTables, StageChoice, choice_values
 
@@ -51,6 +61,10 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
     model.n = pyo.Var(model.cells, domain=pyo.NonNegativeIntegers, bounds=(0, t.layers))
     model.y = pyo.Var(model.links, bounds=(0, 1))
     model.u[0].fix(1)
+    if t.interleaved:  # a cell has exactly S stages
+        for p in positions:
+            model.u[p].fix(1)
+    v = t.virtual_stages  # crossings of a boundary a micro-batch, each direction
 
     def first(p):  # 1 iff p is the first stage (the highest active position)
         return model.u[p] - (model.u[p + 1] if p + 1 < t.positions else 0)
@@ -61,7 +75,7 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
                                       rule=lambda m_, p: m_.u[p + 1] <= m_.u[p])
     model.one_option = pyo.Constraint(
         positions, rule=lambda m_, p: sum(m_.z[c] for c in by_position[p]) == m_.u[p])
-    model.min_layers = pyo.Constraint(model.cells, rule=lambda m_, *c: m_.n[c] >= m_.z[c])
+    model.min_layers = pyo.Constraint(model.cells, rule=lambda m_, *c: m_.n[c] >= v * m_.z[c])
     model.memory_cap = pyo.Constraint(model.cells, rule=lambda m_, p, k, o: m_.n[p, k, o] <= (
         t.layer_cap_first[p, o] * m_.z[p, k, o]
         + (t.layer_cap[p, o] - t.layer_cap_first[p, o]) * (1 - first(p))))
@@ -105,9 +119,9 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
         m_.y[p, k, q] for k in domains) <= located(p, q))
     model.delta = pyo.Expression(range(t.positions - 1), rule=lambda m_, p: sum(
         float(t.delay[k, q]) * m_.y[p, k, q] for k in domains for q in domains))
-    model.occupancy = pyo.Expression(range(t.positions - 1), rule=lambda m_, p: sum(
+    model.occupancy = pyo.Expression(range(t.positions - 1), rule=lambda m_, p: v * sum(
         float(t.occupancy[k, q]) * m_.y[p, k, q] for k in domains for q in domains))
-    model.cost = pyo.Expression(expr=sum(
+    model.cost = pyo.Expression(expr=v * sum(
         float(t.cost[k, q]) * model.y[p, k, q] for (p, k, q) in links if k != q))
 
     # Stage compute c[p]; the embedding term only on the first stage.
@@ -127,7 +141,7 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
         positions, rule=lambda m_, p: m_.period >= m_.compute[p])
     model.period_link = pyo.Constraint(
         range(t.positions - 1), rule=lambda m_, p: m_.period >= m_.occupancy[p])
-    windows = [(k, j) for k in positions for j in positions if j > k]
+    windows = [(k, j) for k in positions for j in positions if j > k and not t.interleaved]
     model.period_window = pyo.Constraint(windows, rule=lambda m_, k, j: (j - k + 1) * m_.period >= (
         sum(m_.compute[i] for i in range(k, j + 1)) + 2 * sum(m_.delta[i] for i in range(k, j))))
 
@@ -163,10 +177,14 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
     model.optimizer_def = pyo.Constraint(positions, rule=lambda m_, p: m_.optimizer >= (
         stage_params_time(optimizer_coefficient, p) + opt_first[p]))
 
-    model.step_time = pyo.Expression(expr=(
-        (t.micro_batches - 1) * model.period + sum(model.compute[p] for p in positions)
-        + 2 * sum(model.delta[p] for p in range(t.positions - 1))
-        + model.allreduce + model.optimizer))
+    if t.interleaved:
+        model.step_time = pyo.Expression(expr=_interleaved_pipeline(model, t, by_position)
+                                         + model.allreduce + model.optimizer)
+    else:
+        model.step_time = pyo.Expression(expr=(
+            (t.micro_batches - 1) * model.period + sum(model.compute[p] for p in positions)
+            + 2 * sum(model.delta[p] for p in range(t.positions - 1))
+            + model.allreduce + model.optimizer))
 
     # Caps (mutable for the epsilon-constraint method) and the instance's own constraints.
     model.gpu_cap = pyo.Param(mutable=True, initialize=NO_CAP)
@@ -197,12 +215,73 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
     if constraints.cost_budget is not None:
         model.budget = pyo.Constraint(expr=model.cost <= constraints.cost_budget)
     if constraints.wan_share_cap is not None:
+        if t.interleaved:  # the cap needs the term that sets the period, not a graph's
+            raise ValueError("the MILP states a WAN share cap for plain 1F1B only")
         _wan_share_cap(model, t, constraints.wan_share_cap, windows)
     model.weights = pyo.Param(range(3), mutable=True, initialize={0: 1.0, 1: 0.0, 2: 0.0})
     model.objective = pyo.Objective(expr=model.weights[0] * model.step_time
                                     + model.weights[1] * model.gpus
                                     + model.weights[2] * model.cost)
     return model
+
+
+def _interleaved_pipeline(model: pyo.ConcreteModel, t: PairTables, by_position: dict):
+    """An interleaved cell's pipeline time (:mod:`formulation.evaluator`), adding to the
+    model the wrap-around link and the period of the schedule graph
+    (:mod:`formulation.schedule_graph`) as potentials: ``P`` covers the largest cycle ratio
+    of the graph iff every node has a potential ``pi`` with ``pi[b] >= pi[a] + w_e - S P
+    tokens_e`` on each edge a -> b (no cycle is heavier than S P per group), every ``w_e``
+    linear in the layers and the links. Returns the expression of T_pipe."""
+    s, v, domains = t.positions, t.virtual_stages, range(t.num_domains)
+    first, last = s - 1, 0
+    # The wrap-around: activations from the last stage (position 0) to the first.
+    model.wrap = pyo.Var(domains, domains, bounds=(0, 1))
+    model.wrap_out = pyo.Constraint(domains, rule=lambda m_, k: sum(
+        m_.wrap[k, q] for q in domains) == sum(m_.z[c] for c in by_position[last] if c[1] == k))
+    model.wrap_in = pyo.Constraint(domains, rule=lambda m_, q: sum(
+        m_.wrap[k, q] for k in domains) == sum(m_.z[c] for c in by_position[first] if c[1] == q))
+
+    def link(table: np.ndarray, j: int):
+        """A link term of front boundary j (stage j -> j + 1; j = S - 1: the wrap)."""
+        if j == s - 1:
+            return sum(float(table[k, q]) * model.wrap[k, q] for k in domains for q in domains)
+        p = s - 2 - j  # y[p] joins position p + 1 (stage j) to p (stage j + 1)
+        return sum(float(table[k, q]) * model.y[p, k, q] for k in domains for q in domains)
+
+    def forward(i: int):  # stage i from the front
+        p = s - 1 - i
+        return sum(float(t.forward_time[c[2]]) * model.n[c]
+                   + (float(t.first_forward[c[2]]) * model.z[c] if p == first else 0.0)
+                   + (float(t.last_forward[c[2]]) * model.z[c] if p == last else 0.0)
+                   for c in by_position[p])
+
+    terms = ([forward(i) for i in range(s)]
+             + [model.compute[s - 1 - i] - forward(i) for i in range(s)]
+             + [link(table, j) for table in (t.drain_forward, t.drain_backward,
+                                            t.latency_forward, t.latency_backward)
+                for j in range(s)])
+    wrap_occupancy = (v - 1) * link(t.occupancy, s - 1)
+    model.wrap_cost = pyo.Expression(expr=(v - 1) * sum(
+        float(t.cost[k, q]) * model.wrap[k, q] for k in domains for q in domains if k != q))
+    model.cost.expr = model.cost.expr + model.wrap_cost
+    model.period_wrap = pyo.Constraint(expr=model.period >= wrap_occupancy)
+    graph = schedule_graph(s, v)
+    model.potential = pyo.Var(range(graph.nodes))
+    model.potential[0].fix(0.0)  # potentials are defined up to a constant
+    model.period_graph = pyo.Constraint(range(len(graph.source)), rule=lambda m_, e: (
+        m_.potential[int(graph.target[e])] - m_.potential[int(graph.source[e])]
+        >= sum(float(graph.coefficient[e, q]) * terms[int(graph.term[e, q])]
+               for q in range(2) if graph.term[e, q] >= 0)
+        - s * int(graph.tokens[e]) * m_.period))
+    compute = sum(model.compute[p] for p in range(s))
+    crossings = 2 * (v * sum(model.delta[p] for p in range(s - 1))
+                     + (v - 1) * link(t.delay, s - 1))
+    model.pipeline = pyo.Var(bounds=(0, None))
+    model.pipeline_steady = pyo.Constraint(expr=model.pipeline >= (
+        (t.micro_batches - 1) * model.period + compute / v + (1 - 1 / v) * model.period
+        + crossings))
+    model.pipeline_path = pyo.Constraint(expr=model.pipeline >= compute + crossings)
+    return model.pipeline
 
 
 def _wan_share_cap(model: pyo.ConcreteModel, t: PairTables, share: float,

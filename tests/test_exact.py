@@ -14,6 +14,7 @@ import pytest
 from formulation.evaluator import evaluate_batch
 from formulation.instance import Instance, SearchSpace
 from formulation.result import evaluate
+from formulation.schema import InputError
 from instances.suites import suite_paths
 from instances.tiny import tiny_instance
 from solvers.baselines import baseline_front
@@ -179,6 +180,48 @@ def test_optional_constraints_match_brute_force(constraints, engine):
     exact = exact_front(instance, engine)
     assert exact.status == "exact"
     assert fronts_agree(exact, brute_force_front(instance))
+
+
+SCARCE = {"domains": 4, "layers": 8, "free_gpus": (1, 1, 1, 1)}  # plans cross the WAN
+PLAIN_STAGES = {"max_stages": 4, "tp": (1,), "recompute": ("none",)}
+# (seed, instance options, search space, cost budget): the budget of the last case is
+# below the interleaved point's cost (3 crossings of its boundary: v = 2 and the wrap) and
+# above that of the same plan plain, so it leaves no interleaved point.
+INTERLEAVED = [(3, {}, {"virtual_stages": (1, 2)}, None),
+               (2, SCARCE, {**PLAIN_STAGES, "virtual_stages": (1, 2)}, None),
+               (4, SCARCE, {**PLAIN_STAGES, "virtual_stages": (1, 2, 4)}, None),
+               (2, SCARCE, {**PLAIN_STAGES, "virtual_stages": (1, 2)}, 0.1)]
+
+
+@pytest.mark.parametrize(("case", "engine"), [(0, "labels"), (1, "labels"), (2, "cpsat"),
+                                              (3, "highs")])
+def test_interleaved_fronts_equal_brute_force_point_for_point(case, engine):
+    """A search space with interleaving: the sweep's interleaved cells (one per dp,
+    micro-batch, v and S) go to the MILP's schedule graph, the label DP and CP-SAT handing
+    them to HiGHS; the front equals brute force's, interleaved points (across domains on
+    the scarce variants) included, and under a cost budget that the wrap-around breaks."""
+    from formulation.instance import Constraints
+
+    seed, options, search, budget = INTERLEAVED[case]
+    base = tiny_instance(seed, **options)
+    instance = base.replace(search=dataclasses.replace(base.search, **search),
+                            constraints=Constraints(cost_budget=budget))
+    exact, brute = exact_front(instance, engine), brute_force_front(instance)
+    assert exact.status == "exact"
+    assert fronts_agree(exact, brute)
+    assert any(p.plan.virtual_stages > 1 for p in exact.points) is (budget is None)
+    assert exact.provenance["parameters"]["cells"]
+
+
+def test_interleaving_under_a_wan_share_cap_is_refused():
+    """The cap needs the term that sets the period; the schedule graph has no such term."""
+    from formulation.instance import Constraints
+
+    base = tiny_instance(3)
+    instance = base.replace(search=dataclasses.replace(base.search, virtual_stages=(1, 2)),
+                            constraints=Constraints(wan_share_cap=0.3))
+    with pytest.raises(InputError, match="without a WAN share cap"):
+        exact_front(instance)
 
 
 @pytest.mark.parametrize("weights", [(1.0, 0.0, 0.0), (1.0, 0.5, 10.0), (0.2, 1.0, 50.0)])

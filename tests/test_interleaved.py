@@ -116,16 +116,3 @@ def test_single_and_batch_agree_on_interleaved_plans(generated: Instance) -> Non
         assert single.breakdown["period_s"] == pytest.approx(batch.period_s[i], rel=1e-12)
         assert single.derived["wan_gb_per_step"] == pytest.approx(batch.wan_gb_per_step[i],
                                                                   rel=1e-12)
-
-
-def test_the_exact_sweep_refuses_interleaved_spaces() -> None:
-    """A front is exact only for what it searched: the sweep's engines search plain 1F1B
-    alone (brute force enumerates interleaving too: tests/test_bruteforce.py)."""
-    from formulation.schema import InputError
-    from instances.tiny import tiny_instance
-    from solvers.exact import exact_front
-
-    tiny = tiny_instance(3)
-    wide = tiny.replace(search=dataclasses.replace(tiny.search, virtual_stages=(1, 2)))
-    with pytest.raises(InputError, match="virtual_stages 1"):
-        exact_front(wide)
