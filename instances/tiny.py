@@ -38,7 +38,8 @@ def tiny_instance(seed: int, domains: int = 3, layers: int = 6, *,
                   tp: tuple[int, ...] = (1, 2), recompute: tuple[str, ...] = ("none", "full"),
                   max_stages: int = 3, free_gpus: Sequence[int] | None = None,
                   gpu: str = "A100-80GB", asymmetry: float = 0.0,
-                  constraints: Constraints | None = None, attention: str = "eager") -> Instance:
+                  constraints: Constraints | None = None, attention: str = "eager",
+                  virtual_stages: tuple[int, ...] = (1,)) -> Instance:
     """A tiny scenario, deterministic in its arguments, named like ``tiny-k3-l6-s4``
     (``tiny-k3-l6-s4-f1-1-2`` with ``free_gpus=(1, 1, 2)``).
 
@@ -60,7 +61,8 @@ def tiny_instance(seed: int, domains: int = 3, layers: int = 6, *,
     preset; ``asymmetry`` > 0 scales each direction of every WAN link's
     bandwidth, latency and price by its own factor in ``[1/(1+a), 1+a]`` (seeded by
     ``seed``), so that ``B_ij != B_ji``; ``constraints`` are SPEC 5's optional WAN share cap
-    and cost budget.
+    and cost budget; ``virtual_stages`` the search space's schedules (1: plain 1F1B, v > 1
+    interleaved with v chunks a stage).
     """
     if not MIN_TINY_DOMAINS <= domains <= MAX_TINY_DOMAINS:
         raise InputError(f"tiny instances have {MIN_TINY_DOMAINS}..{MAX_TINY_DOMAINS} domains, "
@@ -92,8 +94,11 @@ def tiny_instance(seed: int, domains: int = 3, layers: int = 6, *,
                   eps=base.links.eps)
     search = SearchSpace(dp=tuple(sorted(set(dp))), tp=tuple(sorted(set(tp))),
                          micro_batch=tuple(sorted(set(micro_batch))),
-                         recompute=tuple(dict.fromkeys(recompute)), max_stages=max_stages)
+                         recompute=tuple(dict.fromkeys(recompute)), max_stages=max_stages,
+                         virtual_stages=tuple(sorted(set(virtual_stages))))
     name = f"tiny-k{domains}-l{layers}-s{seed}"
+    if search.virtual_stages != (1,):
+        name += "-v" + "-".join(map(str, search.virtual_stages))
     if free_gpus is not None:
         name += "-f" + "-".join(str(int(a)) for a in free_gpus)
     if gpu != "A100-80GB":
@@ -146,6 +151,8 @@ def audit_instance(rng: np.random.Generator, plan_limit: int = AUDIT_PLAN_LIMIT)
     - asymmetric links (half of them);
     - a traffic-cost budget (with dp = 2 in the space, near the median WAN boundary cost of
       a dp = 2 pipeline, so that it binds) or a WAN share cap, or neither;
+    - interleaving in the search space (v in {1, 2} or {1, 2, 3}) in about a third of the
+      instances without a WAN share cap (the exact sweep refuses the two together);
     - the training configuration (:func:`training_variant`).
 
     Redrawn until brute force has between ``AUDIT_MIN_PLANS`` and ``plan_limit`` plans.
@@ -179,6 +186,8 @@ def audit_instance(rng: np.random.Generator, plan_limit: int = AUDIT_PLAN_LIMIT)
         if rng.random() < 0.3:  # the default tiny space, whose fronts are larger
             space = dict(recompute=(str(rng.choice(["none", "selective"])), "full"))
             free = None if free is None else [int(x) // stage for x in free]
+        if constraint != "share" and rng.random() < 0.35:  # interleaving (no WAN cap there)
+            space["virtual_stages"] = (1, 2) if rng.random() < 0.7 else (1, 2, 3)
         try:
             instance = tiny_instance(seed, domains, layers, free_gpus=free,
                                      gpu=str(rng.choice(GPU_PRESETS)),

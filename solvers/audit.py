@@ -53,6 +53,8 @@ def variant(instance: Instance) -> str:
              f"dp{'/'.join(map(str, s.dp))}", f"tp{'/'.join(map(str, s.tp))}",
              f"b{'/'.join(map(str, s.micro_batch))}",
              "/".join(m[:3] for m in s.recompute), f"S{s.max_stages}"]
+    if s.virtual_stages != (1,):
+        parts.append(f"v{'/'.join(map(str, s.virtual_stages))}")
     links = instance.links.bandwidth_gbps
     if (links != links.T).any():
         parts.append("asym")

@@ -1,4 +1,5 @@
-"""A second exact engine: one (dp, micro-batch) pair as a native OR-Tools CP-SAT model.
+"""A second exact engine: one (dp, micro-batch) pair as a native OR-Tools CP-SAT model (an
+interleaved cell's model: :mod:`solvers.cpsat_interleaved`).
 
 Built from the same :mod:`solvers.tables` as the MILP of :mod:`solvers.milp` but formulated
 independently, as a constraint model states it, so that the two engines cross-check:
@@ -147,12 +148,18 @@ class CpSatEngine:
         self.tables = tables
         self.workers = max(MIN_WORKERS, int(threads))
         self.rel_gap = rel_gap
-        self.loose_step_s = loose_step_bound(tables)
         self.statistics = EngineStatistics()
+        if tables.interleaved:  # an interleaved cell: its own model (imported on use)
+            from solvers.cpsat_interleaved import InterleavedScaledModel, loose_interleaved_bound
+            self.loose_step_s = loose_interleaved_bound(tables)
+            self._model_class = InterleavedScaledModel
+        else:
+            self.loose_step_s = loose_step_bound(tables)
+            self._model_class = ScaledModel
 
     @functools.lru_cache(maxsize=8)  # noqa: B019 (a few scales per engine)
     def model(self, unit: float) -> ScaledModel:
-        return ScaledModel(self.tables, unit)
+        return self._model_class(self.tables, unit)
 
     def scale_for(self, request: SolveRequest) -> ScaledModel:
         """The model whose step unit fits the largest step time the request may return."""
@@ -261,11 +268,15 @@ class ScaledModel:
         self.unit = unit
         self.periods = t.micro_batches - 1
         self.period_unit = unit / max(self.periods, 1)
-        max_cost = (t.positions - 1) * float(t.cost.max(initial=0.0))
+        max_cost = self.crossings() * float(t.cost.max(initial=0.0))
         self.cost_unit = power_of_two_unit(max_cost, COST_RANGE_BITS) if max_cost > 0 else 1.0
         self.high = 2 ** TIME_RANGE_BITS + int(math.ceil(self._error_units()[1])) + 1
         self.model = cp_model.CpModel()
         self._build()
+
+    def crossings(self) -> int:
+        """The most boundary crossings a plan pays for (cost) a micro-batch."""
+        return self.tables.positions - 1
 
     # -- scaling --------------------------------------------------------------------------
     def _error_units(self) -> tuple[float, float, float]:
@@ -317,6 +328,7 @@ class ScaledModel:
                     md.add(layers[p] <= int(t.layer_cap_first[p, o])).only_enforce_if(
                         [opt[p][o], first[p]])
         md.add(sum(layers) == big_l)
+        self.act, self.dom, self.opt, self.layers, self.first = act, dom, opt, layers, first
         compute = self._compute(self.period_unit, "c", act, opt, layers, first)
 
         stage_gpus = [sum(int(t.gpus[o]) * opt[p][o] for o in range(no)) for p in range(s)]
@@ -330,7 +342,18 @@ class ScaledModel:
         pair = [md.new_int_var(0, (nk + 1) ** 2 - 1, f"pair{p}") for p in range(s - 1)]
         for p in range(s - 1):
             md.add(pair[p] == (nk + 1) * index[p + 1] + index[p])
-        self.pair = pair
+        self.pair, self.index, self.stage_gpus = pair, index, stage_gpus
+        self._build_time_and_cost(compute)
+        self.upper = (high, int(t.free_gpus.sum()),  # upper bounds of (T, N, C) in units
+                      self.crossings() * max(_pair_table(_ints(t.cost, self.cost_unit))))
+        budget = t.instance.constraints.cost_budget
+        if budget is not None and self._cost_units(budget) < self.upper[2]:
+            md.add(self.cost <= self._cost_units(budget))
+
+    def _build_time_and_cost(self, compute: list[cp_model.IntVar]) -> None:
+        """``period``, ``step`` and ``cost`` of plain 1F1B (module docstring)."""
+        t, md, high, nk = self.tables, self.model, self.high, self.tables.num_domains
+        dom, opt, layers, first = self.dom, self.opt, self.layers, self.first
         delta = self._boundary(_ints(t.delay, self.period_unit, high), "delta")
         link_cost = self._boundary(_ints(t.cost * (1 - np.eye(nk)), self.cost_unit), "cost")
         self.period = self._period(compute, delta)
@@ -346,20 +369,17 @@ class ScaledModel:
                 coarse.append(var if name == "cs" else 2 * var)
         self.step = (self.period if self.periods > 0 else 0) + sum(coarse) + allreduce \
             + optimizer
-        self.gpus, self.cost = sum(stage_gpus), sum(link_cost)
-        self.upper = (high, int(t.free_gpus.sum()),  # upper bounds of (T, N, C) in units
-                      (s - 1) * max(_pair_table(_ints(t.cost, self.cost_unit))))
-        budget = t.instance.constraints.cost_budget
-        if budget is not None and self._cost_units(budget) < self.upper[2]:
-            md.add(self.cost <= self._cost_units(budget))
-        self.act, self.dom, self.opt, self.layers = act, dom, opt, layers
+        self.gpus, self.cost = sum(self.stage_gpus), sum(link_cost)
 
     def _compute(self, unit: float, name: str, act: list, opt: list, layers: list,
-                 first: list) -> list[cp_model.IntVar]:
+                 first: list, times: tuple[np.ndarray, ...] | None = None
+                 ) -> list[cp_model.IntVar]:
         """``c[p] = n lt_o + first ft_o + [p = 0] lst_o`` in ``unit`` under ``opt[p,o]``
-        (0 when inactive), with the split-by-option valid inequality for the LP."""
+        (0 when inactive), with the split-by-option valid inequality for the LP; ``times``:
+        other per-option (per layer, first stage, last stage) times than the compute's."""
         t, md = self.tables, self.model
-        lt, ft, lst = (_ints(x, unit) for x in (t.layer_time, t.first_time, t.last_time))
+        lt, ft, lst = (_ints(x, unit) for x in (times or (t.layer_time, t.first_time,
+                                                          t.last_time)))
         out = []
         for p in range(t.positions):
             c = md.new_int_var(0, self.high, f"{name}{p}")
@@ -382,10 +402,12 @@ class ScaledModel:
             out.append(c)
         return out
 
-    def _boundary(self, values: np.ndarray, name: str) -> list[cp_model.IntVar]:
-        """Per boundary p+1 -> p, the (K, K) integer table's entry for the pair of domains."""
+    def _boundary(self, values: np.ndarray, name: str,
+                  pairs: list | None = None) -> list[cp_model.IntVar]:
+        """Per boundary p+1 -> p (or per pair index of ``pairs``), the (K, K) integer
+        table's entry for the pair of domains."""
         table, out = _pair_table(values), []
-        for p, pair in enumerate(self.pair):
+        for p, pair in enumerate(self.pair if pairs is None else pairs):
             var = self.model.new_int_var(min(table), max(table), f"{name}{p}")
             self.model.add_element(pair, table, var)
             out.append(var)

@@ -191,27 +191,26 @@ register_engine("highs-nopresolve", "solvers.highs:HighsNoPresolveEngine",
                 interleaving=True)
 register_engine("cpsat", "solvers.cpsat:CpSatEngine",
                 "OR-Tools CP-SAT, integer-scaled, independent formulation",
-                confirmer="cpsat-nopresolve")
+                confirmer="cpsat-nopresolve", interleaving=True)
 register_engine("cpsat-nopresolve", "solvers.cpsat:CpSatNoPresolveEngine",
-                "the same CP-SAT model with presolve off", confirmer="highs")
+                "the same CP-SAT model with presolve off", confirmer="highs",
+                interleaving=True)
 register_engine("labels", "solvers.labels:LabelEngine",
                 "label-setting DP over the pipeline positions, branch and bound over the "
                 "period and the all-reduce and optimizer times", confirmer="cpsat")
 register_engine("portfolio", "solvers.portfolio:PortfolioEngine",
                 "CP-SAT first, HiGHS where it stalls; the better incumbent is kept",
-                confirmer=None)
+                confirmer=None, interleaving=True)
 
 
 def make_engine(name: str, tables, threads: int = 2) -> Engine:
-    """The registered engine ``name`` on ``tables``. An interleaved cell goes to the MILP
-    where ``name`` does not state interleaving (the label DP, CP-SAT): to HiGHS, or, for an
-    engine asked to confirm without presolve (every wrong claim measured came from a
-    presolve), or for CP-SAT, whose claims HiGHS's would otherwise confirm, to HiGHS with
-    presolve off."""
+    """The registered engine ``name`` on ``tables``. An engine that does not state
+    interleaving (the label DP) hands an interleaved cell to HiGHS, whose claims CP-SAT
+    confirms there as everywhere."""
     if name not in ENGINES:
         raise InputError(f"--engine must be one of {sorted(ENGINES)}, got {name!r}")
     if getattr(tables, "interleaved", False) and not ENGINES[name].interleaving:
-        name = "highs-nopresolve" if name.startswith("cpsat") else "highs"
+        name = "highs"
     return ENGINES[name].factory()(tables, threads=threads)
 
 

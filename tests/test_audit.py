@@ -57,8 +57,8 @@ def test_asymmetric_links_agree_with_brute_force(seed):
 def test_the_audit_draws_every_variant():
     """Over many draws the generator covers what the audit is for: every GPU preset,
     selective recompute, asymmetric links, a cost budget with dp = 2, a WAN share cap,
-    scarce GPUs (one smallest stage per domain), every ZeRO stage, both attention kernels
-    and overlapped communication."""
+    scarce GPUs (one smallest stage per domain), every ZeRO stage, both attention kernels,
+    overlapped communication and interleaving."""
     rng = np.random.default_rng(secrets.randbits(32))
     seen = set()
     for _ in range(200):
@@ -73,5 +73,7 @@ def test_the_audit_draws_every_variant():
         training = instance.training
         seen |= {f"zero{training.zero_stage}", training.attention}
         seen.add("overlap" if training.tp_overlap and training.dp_overlap else "")
+        seen.add("interleaved" if instance.search.virtual_stages != (1,) else "")
     assert {"A100-80GB", "H100-80GB", "Ascend-910B", "selective", "asymmetric", "budget",
-            "share", "zero0", "zero1", "zero2", "zero3", "eager", "flash", "overlap"} <= seen
+            "share", "zero0", "zero1", "zero2", "zero3", "eager", "flash", "overlap",
+            "interleaved"} <= seen

@@ -21,7 +21,7 @@ from solvers.bruteforce import enumerate_plans
 from solvers.cpsat import TIME_RANGE_BITS, CpSatEngine
 from solvers.engine import SolveRequest, SolveStatus
 from solvers.highs import HighsEngine
-from solvers.tables import pair_tables
+from solvers.tables import all_pair_tables, pair_tables
 
 PAIRS = ((1, 1), (2, 1))  # (dp, micro-batch) pairs of the quick instance
 TOLERANCE = 1e-6  # SPEC 7: model values equal the evaluator's
@@ -191,3 +191,36 @@ def test_a_step_cap_leaves_the_optimum_in_place() -> None:
         scaled = engine.scale_for(request)
         assert scaled.high < 2 ** (TIME_RANGE_BITS + 1)
         assert solve.bound <= solve.objective
+
+
+def test_interleaved_cells_equal_brute_force_cell_by_cell() -> None:
+    """Each interleaved cell's CP-SAT model (solvers.cpsat_interleaved): its least step time
+    is brute force's over the cell's plans (within SPEC 7's tolerance, the scaling bound
+    being below it), its bound valid; a cell without a feasible plan is infeasible."""
+    base = tiny_instance(2, layers=12, free_gpus=(2, 4, 2))
+    instance = base.replace(search=dataclasses.replace(
+        base.search, max_stages=4, tp=(1,), recompute=("none",), virtual_stages=(1, 2, 3)))
+    best: dict[tuple, float] = {}
+    for batch in enumerate_plans(instance):
+        result = evaluate_batch(instance, batch)
+        for i in np.flatnonzero(result.admissible & (batch.virtual_stages > 1)):
+            key = (int(batch.dp[i]), int(batch.micro_batch[i]), int(batch.virtual_stages[i]),
+                   int(batch.num_stages[i]))
+            best[key] = min(best.get(key, np.inf), float(result.step_time_s[i]))
+    cells = [t for t in all_pair_tables(instance, interleaved=True) if t.interleaved]
+    assert {(t.virtual_stages, t.positions) for t in cells} == {(2, 2), (2, 4), (3, 2), (3, 4)}
+    for tables in cells:
+        engine = CpSatEngine(tables)
+        solve = engine.solve(SolveRequest())
+        key = (tables.dp, tables.micro_batch, tables.virtual_stages, tables.positions)
+        if key not in best:
+            assert solve.status == SolveStatus.INFEASIBLE
+            continue
+        assert solve.status == SolveStatus.OPTIMAL and solve.plan.virtual_stages > 1
+        step = solve.values.step_time_s
+        assert step == pytest.approx(best[key], rel=TOLERANCE)
+        assert step * (1 - TOLERANCE) <= solve.bound <= step * (1 + 1e-12)
+        # at the unit of the optimum's own step time, where a coarse optimum is solved again
+        step_error, _ = engine.scale_for(SolveRequest(step_cap=step)).error_bound()
+        assert 0 < step_error < TOLERANCE * step
+
