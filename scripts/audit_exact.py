@@ -7,8 +7,8 @@ Draws ``--count`` instances from :func:`instances.tiny.audit_instance` with a ge
 seeded by ``--seed`` (default: a fresh one, printed so the run can be repeated), computes
 brute force's front and each engine's, and prints one row per instance and a summary: how
 many fronts each engine labelled exact, how many of those differ from brute force (must
-be 0), how many agree, and how many brute-force fronts hold cross-domain points. Exits 1
-if any front labelled exact is wrong.
+be 0), how many agree, and how many brute-force fronts hold cross-domain and interleaved
+points. Exits 1 if any front labelled exact is wrong.
 """
 
 import argparse
@@ -65,7 +65,7 @@ def _audit(args: argparse.Namespace) -> int:
     print(f"audit seed {seed}: {args.count} instances, engines {', '.join(engines)}")
     rng = np.random.default_rng(seed)
     totals = {e: {"exact": 0, "wrong": 0, "agree": 0, "seconds": 0.0} for e in engines}
-    cross = 0
+    cross = interleaved = 0
     start = time.perf_counter()
     for i in range(args.count):
         instance = audit_instance(rng)
@@ -74,6 +74,7 @@ def _audit(args: argparse.Namespace) -> int:
             instance = audit_instance(rng)
         row = audit(instance, engines, args.threads, args.seeds)
         cross += row.cross_domain_points > 0
+        interleaved += row.interleaved_points > 0
         cells = []
         for result in row.engines:
             t = totals[result.engine]
@@ -85,9 +86,11 @@ def _audit(args: argparse.Namespace) -> int:
             cells.append(f"{result.engine} {result.status[:5]} {result.points:2} {mark:7} "
                          f"{result.seconds:5.1f}s")
         print(f"{i + 1:3} {row.variant:62} brute {row.brute_points:2} pts "
-              f"({row.cross_domain_points} cross) | " + " | ".join(cells), flush=True)
+              f"({row.cross_domain_points} cross, {row.interleaved_points} interleaved) | "
+              + " | ".join(cells), flush=True)
     print(f"\n{args.count} instances in {time.perf_counter() - start:.0f} s; "
-          f"{cross} brute-force fronts hold cross-domain points")
+          f"{cross} brute-force fronts hold cross-domain points, {interleaved} interleaved "
+          f"ones")
     for engine, t in totals.items():
         print(f"{engine:10} exact {t['exact']:3}/{args.count}, wrong exact {t['wrong']}, "
               f"agree with brute force {t['agree']:3}/{args.count}, {t['seconds']:.0f} s")

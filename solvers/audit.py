@@ -44,6 +44,7 @@ class InstanceAudit:
     cross_domain_points: int  # brute-force front points that cross the WAN (cost > 0)
     brute_seconds: float
     engines: list[EngineAudit] = field(default_factory=list)
+    interleaved_points: int = 0  # brute-force front points with an interleaved schedule
 
 
 def variant(instance: Instance) -> str:
@@ -85,4 +86,5 @@ def audit(instance: Instance, engines: tuple[str, ...] = ENGINES, threads: int =
                                 fronts_agree(front, brute), time.perf_counter() - start,
                                 front.provenance["sweep"]["solves"]))
     return InstanceAudit(instance.name, variant(instance), len(brute.points),
-                         sum(p.objectives[2] > 0 for p in brute.points), brute_seconds, rows)
+                         sum(p.objectives[2] > 0 for p in brute.points), brute_seconds, rows,
+                         sum(p.plan.virtual_stages > 1 for p in brute.points))
