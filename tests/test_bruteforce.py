@@ -118,10 +118,10 @@ def test_plans_are_distinct_and_in_the_search_space(tiny: Instance,
     assert result.feasible.sum() > len(everything) // 2  # many feasible plans
 
 
-def test_enumeration_equals_a_naive_one() -> None:
-    """Plan objects built by plain loops (same sure-infeasible filter) give the same set."""
-    instance = tiny_instance(2, layers=3, free_gpus=(2, 4, 1))
-    expected = set()
+def _naive_plans(instance: Instance) -> list[Plan]:
+    """Every plan by plain loops, with brute force's filter of stage options that are
+    infeasible for sure, in each schedule of the search space."""
+    plans = []
     for dp, b in itertools.product(instance.search.dp, instance.search.micro_batch):
         if instance.training.global_batch % (dp * b):
             continue
@@ -130,12 +130,18 @@ def test_enumeration_equals_a_naive_one() -> None:
             for chain in itertools.product(options, repeat=count):
                 for cuts in itertools.combinations(range(1, instance.model.layers), count - 1):
                     sizes = np.diff([0, *cuts, instance.model.layers])
-                    expected.add((dp, b, tuple((k, int(n), t, rc) for (k, t, rc), n
-                                              in zip(chain, sizes, strict=True))))
-    found = _all(instance)
-    got = {(p.dp, p.micro_batch, tuple((s.domain, s.layers, s.tp, RECOMPUTE_CODE[s.recompute])
-                                       for s in p.stages)) for p in found.to_plans()}
-    assert got == expected and len(found) == len(expected) == count_plans(instance)
+                    stages = tuple(Stage(k, int(n), t, RECOMPUTE_MODES[rc])
+                                   for (k, t, rc), n in zip(chain, sizes, strict=True))
+                    plans += [Plan(dp, b, stages, v) for v in instance.search.virtual_stages]
+    return plans
+
+
+def test_enumeration_equals_a_naive_one() -> None:
+    """Plan objects built by plain loops (same sure-infeasible filter) give the same set."""
+    instance = tiny_instance(2, layers=3, free_gpus=(2, 4, 1))
+    expected = set(_naive_plans(instance))
+    found = _all(instance).to_plans()
+    assert set(found) == expected and len(found) == len(expected) == count_plans(instance)
 
 
 def test_front_points_are_nondominated_feasible_and_reevaluate(tiny: Instance,
@@ -181,18 +187,7 @@ def test_interleaved_enumeration_drops_only_schedules_megatron_cannot_run() -> N
     base = tiny_instance(2, layers=6, free_gpus=(2, 4, 1))
     instance = base.replace(search=dataclasses.replace(
         base.search, tp=(1,), recompute=("none",), virtual_stages=(1, 2, 3)))
-    naive = []
-    for dp, b in itertools.product(instance.search.dp, instance.search.micro_batch):
-        if instance.training.global_batch % (dp * b):
-            continue
-        options = [tuple(o) for o in stage_options(instance, dp).tolist()]
-        for count in range(1, instance.search.max_stages + 1):
-            for chain in itertools.product(options, repeat=count):
-                for cuts in itertools.combinations(range(1, instance.model.layers), count - 1):
-                    sizes = np.diff([0, *cuts, instance.model.layers])
-                    stages = tuple(Stage(k, int(n), t, RECOMPUTE_MODES[rc])
-                                   for (k, t, rc), n in zip(chain, sizes, strict=True))
-                    naive += [Plan(dp, b, stages, v) for v in instance.search.virtual_stages]
+    naive = _naive_plans(instance)
     found = set(_all(instance).to_plans())
     assert len(found) == count_plans(instance) and found <= set(naive)
     dropped = [p for p in naive if p not in found]
