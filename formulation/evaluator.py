@@ -68,7 +68,6 @@ from formulation.feasibility import (
 )
 from formulation.instance import RECOMPUTE_MODES, Instance
 from formulation.plan import Plan
-from formulation.schedule_graph import steady_period
 
 # Violation kinds (:class:`formulation.feasibility.Kind` values), in the column order of
 # ``BatchEvaluation.violation``.
@@ -365,6 +364,10 @@ def interleaved_period(cm: CostModel, b: int, dp: int, layers, tp, domain, compu
     count = len(layers)
     if count < 2:
         return float(max(compute))
+    # imported here: the graph's kernel loads numba (a sixth of a second), which plain plans,
+    # nearly all of them, never need
+    from formulation.schedule_graph import steady_period
+
     forward = np.array([layers[j] * cm.layer_forward_time(b, int(tp[j]))
                         + cm.edge_times(b, int(tp[j]), j == 0, j == count - 1)[0]
                         for j in range(count)])
