@@ -38,11 +38,12 @@ def seed() -> int:
 
 
 def _plans_by_pair(instance) -> dict[tuple[int, int], np.ndarray]:
-    """(dp, micro-batch) -> rows (step time, GPUs, cost) of the pair's feasible plans."""
+    """(dp, micro-batch) -> rows (step time, GPUs, cost) of the pair's feasible plans: the
+    plain ones (an audit instance may list interleaving, whose plans are its cells')."""
     rows = []
     for batch in enumerate_plans(instance):
         result = evaluate_batch(instance, batch)
-        ok = result.feasible
+        ok = result.feasible & (batch.virtual_stages == 1)
         rows.append(np.column_stack([batch.dp[ok], batch.micro_batch[ok],
                                      result.objectives[ok]]))
     plans = np.concatenate(rows)
