@@ -8,7 +8,8 @@
         [--skip-existing]
 
 The epsilon-constraint sweep (:mod:`solvers.epsilon`) runs on the registered engine
-(:data:`solvers.engine.ENGINES`); each claim an engine makes is certified
+(:data:`solvers.engine.ENGINES`) over the (dp, micro-batch) pairs and, where the search space
+lists interleaving, its cells (:mod:`solvers.tables`); each claim an engine makes is certified
 (:mod:`solvers.certify`) before it prunes a pair or closes a step. The sweep starts from the
 plans of fast heuristics (``--seed-plans``: the baselines, only those that take seconds, or the
 baselines and NSGA-II) and of an earlier front (``--seed-front``), which warm-start the
