@@ -372,8 +372,12 @@ class CostModel:
         * delta: the mean of a micro-batch's two crossings, ``A / B + L`` on each direction
           (activations forward, gradients backward), so that the two take ``2 delta`` (SPEC
           3.1); equal to ``A / B + L`` on a symmetric link, to the last bit."""
-        forward, backward, latency_forward, latency_backward = self.boundary_directions(
-            k_from, k_to, b, dp)
+        return self.occupancy_and_delay(*self.boundary_directions(k_from, k_to, b, dp))
+
+    @staticmethod
+    def occupancy_and_delay(forward, backward, latency_forward, latency_backward):
+        """(occupancy, delta) of :meth:`boundary_link_terms` from a boundary's directions
+        (:meth:`boundary_directions`)."""
         delay = ((forward + latency_forward)  # paired so that a symmetric
                  + (backward + latency_backward)) / 2  # link gives 2x / 2 = x
         return np.maximum(forward, backward), delay

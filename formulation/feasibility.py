@@ -293,6 +293,14 @@ def violations(limits: Limits, names: Sequence[str], plan: PlanFacts,
 
 # -- the search space -------------------------------------------------------------------------
 
+def interleaving_runs(layers: int, micro_batches: int, stages: int,
+                      virtual_stages: int) -> bool:
+    """Whether some plan of ``stages`` S stages can run ``virtual_stages`` v chunks a stage
+    under the ``schedule`` rules: S >= 2, m a multiple of S, and layers for at least v in
+    every stage. The enumerations (brute force, the exact models' cells) skip the rest."""
+    return stages >= 2 and micro_batches % stages == 0 and layers >= virtual_stages * stages
+
+
 def outside_search(search: SearchSpace, dp: np.ndarray, micro_batch: np.ndarray,
                    virtual_stages: np.ndarray, tp: np.ndarray, recompute: np.ndarray,
                    real: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 
 from formulation.batch import RECOMPUTE_CODE, PlanBatch
 from formulation.evaluator import evaluate_batch
+from formulation.feasibility import interleaving_runs
 from formulation.instance import Instance
 from formulation.outputs import output_path, report_stream
 from formulation.schema import CliParser, InputError, integer_arg, run_cli
@@ -95,9 +96,8 @@ def _schedules(instance: Instance, micro_batches: int, stages: int) -> list[int]
     """The chunk counts v a plan of S stages may run: 1, and each interleaving of the search
     space that Megatron-LM can run (S >= 2, m a multiple of S, at least v layers a stage);
     the others are ``schedule`` violations for sure."""
-    layers = instance.model.layers
     return [v for v in sorted(set(instance.search.virtual_stages))
-            if v == 1 or (stages >= 2 and micro_batches % stages == 0 and layers >= v * stages)]
+            if v == 1 or interleaving_runs(instance.model.layers, micro_batches, stages, v)]
 
 
 def _blocks(instance: Instance) -> Iterator[_Block]:

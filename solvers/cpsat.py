@@ -127,10 +127,16 @@ def loose_step_bound(t: PairTables) -> float:
     compute = t.layers * t.layer_time.max() + t.first_time.max() + t.last_time.max()
     links = 2 * (s - 1) * float(t.delay.max())
     period = max(compute + links, float(t.occupancy.max()))
+    return (t.micro_batches - 1) * period + s * compute + links + sync_bound(t)
+
+
+def sync_bound(t: PairTables) -> float:
+    """Seconds no stage's all-reduce plus optimizer step exceeds (the whole model on one
+    stage, at the largest coefficients)."""
     params = t.layers * t.layer_params + t.embedding_params + t.head_params
     allreduce = float((t.allreduce_per_param * params + t.allreduce_fixed).max())
     optimizer = float((t.optimizer_per_param * params).max())
-    return (t.micro_batches - 1) * period + s * compute + links + allreduce + optimizer
+    return allreduce + optimizer
 
 
 def power_of_two_unit(high: float, bits: int) -> float:

@@ -31,7 +31,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from formulation.schedule_graph import TERMS, schedule_graph, steady_period
-from solvers.cpsat import ScaledModel, _ints
+from solvers.cpsat import ScaledModel, _ints, sync_bound
 from solvers.tables import PairTables
 
 LINK_TERMS = ("drain_forward", "drain_backward", "latency_forward", "latency_backward")
@@ -49,11 +49,8 @@ def loose_interleaved_bound(t: PairTables) -> float:
     messages = float((t.drain_forward + t.latency_forward + t.drain_backward
                       + t.latency_backward).max())
     period = compute + crossings * messages
-    params = t.layers * t.layer_params + t.embedding_params + t.head_params
-    allreduce = float((t.allreduce_per_param * params + t.allreduce_fixed).max())
-    optimizer = float((t.optimizer_per_param * params).max())
     return (t.micro_batches * period + compute + 2 * crossings * float(t.delay.max())
-            + allreduce + optimizer)
+            + sync_bound(t))
 
 
 class InterleavedScaledModel(ScaledModel):

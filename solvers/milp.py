@@ -255,8 +255,8 @@ def _interleaved_pipeline(model: pyo.ConcreteModel, t: PairTables, by_position: 
                    + (float(t.last_forward[c[2]]) * model.z[c] if p == last else 0.0)
                    for c in by_position[p])
 
-    terms = ([forward(i) for i in range(s)]
-             + [model.compute[s - 1 - i] - forward(i) for i in range(s)]
+    forwards = [forward(i) for i in range(s)]
+    terms = (forwards + [model.compute[s - 1 - i] - forwards[i] for i in range(s)]
              + [link(table, j) for table in (t.drain_forward, t.drain_backward,
                                             t.latency_forward, t.latency_backward)
                 for j in range(s)])

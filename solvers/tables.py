@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulation.evaluator import cost_model, micro_batches_in_flight, pipeline_time
+from formulation.feasibility import interleaving_runs
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.schedule_graph import steady_period
@@ -104,8 +105,8 @@ def pair_tables(instance: Instance, dp: int, micro_batch: int, virtual_stages: i
     v = virtual_stages
     positions = min(search.max_stages, model.layers)
     if v > 1:
-        if stages is None or not 2 <= stages <= positions or m % stages \
-                or model.layers < v * stages:
+        if stages is None or stages > positions \
+                or not interleaving_runs(model.layers, m, stages, v):
             return None
         positions = stages
     tp = np.array([t for t, _ in options])
@@ -154,8 +155,8 @@ def _link_terms(instance: Instance, dp: int, b: int, m: int) -> dict[str, np.nda
     cm = cost_model(instance)
     k = np.arange(instance.num_domains)
     kk_from, kk_to = np.meshgrid(k, k, indexing="ij")
-    occupancy, delay = cm.boundary_link_terms(kk_from, kk_to, b, dp)
     directions = cm.boundary_directions(kk_from, kk_to, b, dp)
+    occupancy, delay = cm.occupancy_and_delay(*directions)
     return {**{name: np.broadcast_to(np.asarray(x, dtype=float), kk_from.shape).copy()
                for name, x in zip(("drain_forward", "drain_backward", "latency_forward",
                                    "latency_backward"), directions, strict=True)},
@@ -269,13 +270,13 @@ def choice_terms(tables: PairTables, chosen: dict[int, StageChoice],
         params = layers * t.layer_params + is_first * t.embedding_params + is_last * t.head_params
         allreduce.append(t.allreduce_per_param[k, o] * params + t.allreduce_fixed[k, o])
         optimizer.append(t.optimizer_per_param[o] * params)
+    if t.interleaved:  # its links, the wrap-around among them, are read from the tables
+        return _interleaved_terms(t, chosen, compute, allreduce, optimizer)
     if links is None:
         pairs = [(chosen[p + 1].domain, chosen[p].domain) for p in active[:-1]]
         links = ([float(t.delay[a, b]) for a, b in pairs],
                  [float(t.occupancy[a, b]) for a, b in pairs],
                  [float(t.cost[a, b]) if a != b else 0.0 for a, b in pairs])
-    if t.interleaved:
-        return _interleaved_terms(t, chosen, compute, allreduce, optimizer)
     delta, occupancy, cost = links
     windows = [(sum(compute[k:j + 1]) + 2 * sum(delta[k:j])) / (j - k + 1)
                for k in range(len(active)) for j in range(k, len(active))]
