@@ -113,9 +113,7 @@ BENCH = [_entry(k, model, topology, BENCH_SEARCH, 1000 + 100 * i) for i, (k, mod
              (16, "70b", "cn-hubs"),
              (20, "70b", "cn-hubs"), (20, "7b", "cn-hubs"), (20, "13b", "random"),
              (20, "70b", "random")])]
-# The full suite's best-known fronts take hours (README); until they are recomputed they keep
-# the attention of the rounds before FlashAttention became the default, and say so.
-FULL = [_entry(k, model, topology, SearchSpace(), 5000 + 100 * i, attention="eager")
+FULL = [_entry(k, model, topology, SearchSpace(), 5000 + 100 * i)
         for i, (k, model, topology) in
         enumerate([(5, "7b", "random"), (5, "70b", "aws-10"), (6, "13b", "cn-hubs"),
                    (8, "70b", "cn-hubs"), (8, "13b", "random"), (10, "70b", "aws-10"),
