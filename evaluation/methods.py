@@ -1,30 +1,44 @@
-"""The methods the evaluation scores, behind one interface.
+"""The methods the evaluation scores: one registry, each method declared once.
+
+A :class:`Method` states its name and description, whether its result depends on the seed,
+its options (a frozen dataclass that also declares the command-line flags that set them),
+whether it can re-plan a changed instance online, and why it cannot run where that is the
+case. The evaluation, its CLI and its report read :data:`METHODS` and nothing else: a new
+method is one :func:`register` call in this file.
 
 A method turns one instance state into its plans: a *decision* is one call, and its
 wall time is the method's decision latency (a whole front for NSGA-II and the baselines).
-Each :class:`Method` returns a :class:`MethodRun`: the front of its feasible plans (scored
-by the evaluator), how many plans it returned and how many were feasible, and for anytime
-methods the hypervolume it had reached over time.
+Each run returns a :class:`MethodRun`: the front of its feasible plans (scored by the
+evaluator), how many plans it returned and how many were feasible, and for anytime methods
+the hypervolume it had reached over time.
 
-``hippo`` is the learned scheduler (:mod:`rl.decide`), scored with the shipped checkpoint;
-where that file is missing the evaluation reports the method as missing instead of scoring
-it.
+``exact`` is the reference itself (the committed exact front; no run). ``hippo`` is the
+learned scheduler (:mod:`rl.decide`), scored with the shipped checkpoint or ``--checkpoint``;
+where neither exists, or the package ``rl`` is missing, the evaluation reports it as not
+scored instead of scoring it.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from formulation.families import score
 from formulation.instance import Instance
+from formulation.schema import InputError, integer_arg, number_arg
 from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import GaSettings, baseline_front
+from solvers.chain import MAX_DEADLINE_S
 from solvers.front import Front
 from solvers.nsga2 import Nsga2Settings, nsga2_front
+
+REFERENCE = "exact"  # the method name under which the reference front is scored
 
 
 @dataclass(frozen=True)
@@ -41,19 +55,91 @@ class MethodRun:
 
 
 @dataclass(frozen=True)
+class MethodOptions:
+    """A method's options. A subclass adds its fields (with defaults: the method's own) and
+    the flags that set them; a method without options uses this class itself."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Add the flags that set these options (none by default)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> MethodOptions:
+        """The options the parsed flags give; raises InputError for a bad one."""
+        return cls()
+
+    def inputs(self) -> list[Path]:
+        """Files the options read: an output directory must never be one of them."""
+        return []
+
+
+@dataclass(frozen=True)
 class Method:
+    """One method of the evaluation, declared once (module doc)."""
+
     name: str
-    seeded: bool  # whether different seeds give different results
-    run: Callable[[Instance, int, dict | None, dict], MethodRun] | None
-    """(instance, seed, reference normalisation, options) -> MethodRun; None for the
-    reference itself."""
     description: str
+    run: Callable[[Instance, int, dict | None, Any, tuple], MethodRun] | None
+    """(instance, seed, reference normalisation or None, its options, the suite's
+    preference vectors) -> MethodRun; None for the reference front itself."""
+    options: type[MethodOptions] = MethodOptions
+    seeded: bool | Callable[[Any], bool] = False
+    """Whether different seeds give different results (given its options, if callable)."""
+    replans: bool = False
+    """Whether it can plan a changed instance state (the online evaluation's planners)."""
+    unavailable: Callable[[Any], str | None] = lambda options: None
+    """Why it cannot run with these options, or None."""
+
+    def is_seeded(self, options: Any) -> bool:
+        return self.seeded(options) if callable(self.seeded) else self.seeded
+
+    @property
+    def is_reference(self) -> bool:
+        return self.run is None
 
 
-def _nsga2(instance: Instance, seed: int, normalisation: dict | None,
-           options: dict) -> MethodRun:
-    settings = Nsga2Settings(seed=seed, **options.get("nsga2", {}))
-    front = nsga2_front(instance, settings, normalisation)
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} is registered twice")
+    METHODS[method.name] = method
+    return method
+
+
+# ---- NSGA-II ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Nsga2Options(MethodOptions):
+    """Overrides of :class:`solvers.nsga2.Nsga2Settings`; None keeps its default."""
+
+    generations: int | None = None
+    population: int | None = None
+    descent: int | None = None
+    """Plans the final Pareto descent expands."""
+
+    def settings(self, seed: int) -> Nsga2Settings:
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return Nsga2Settings(seed=seed, **given)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--generations", type=integer_arg(1, 1_000_000), default=None,
+                            help="NSGA-II generations")
+        parser.add_argument("--population", type=integer_arg(2, 100_000), default=None,
+                            help="NSGA-II population")
+        parser.add_argument("--descent", type=integer_arg(0, 100_000), default=None,
+                            help="NSGA-II: plans its final Pareto descent expands")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Nsga2Options:
+        return cls(args.generations, args.population, args.descent)
+
+
+def _nsga2(instance: Instance, seed: int, normalisation: dict | None, options: Nsga2Options,
+           preferences: tuple) -> MethodRun:
+    front = nsga2_front(instance, options.settings(seed), normalisation)
     provenance = front.provenance
     anytime = list(zip(provenance["elapsed_s_per_generation"],
                        provenance["hypervolume_per_generation"], strict=True))
@@ -62,10 +148,12 @@ def _nsga2(instance: Instance, seed: int, normalisation: dict | None,
     return MethodRun(front, len(front.points), len(front.points), anytime)
 
 
-def _baseline(name: str) -> Callable[[Instance, int, dict | None, dict], MethodRun]:
+# ---- the papers' baselines ----------------------------------------------------------------
+
+def _baseline(name: str, seeded: bool) -> Callable[..., MethodRun]:
     def run(instance: Instance, seed: int, normalisation: dict | None,
-            options: dict) -> MethodRun:
-        extra = {"settings": GaSettings(seed=seed)} if name == "dtfm" else {}
+            options: MethodOptions, preferences: tuple) -> MethodRun:
+        extra = {"settings": GaSettings(seed=seed)} if seeded else {}
         front = baseline_front(instance, name, **extra)
         decisions = front.provenance["decisions"]
         return MethodRun(front, decisions,
@@ -73,11 +161,97 @@ def _baseline(name: str) -> Callable[[Instance, int, dict | None, dict], MethodR
     return run
 
 
+# ---- Hi-PPO -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HippoOptions(MethodOptions):
+    """How Hi-PPO decides (:class:`rl.decide.DecisionSettings`; None keeps rl.decide's
+    default) and which checkpoint it loads."""
+
+    checkpoint: str | None = None
+    """A checkpoint file; None: the shipped one."""
+    pairs: int | None = None
+    """(dp, micro-batch) pairs the lower level places per decision."""
+    lower_time: float | None = None
+    """Seconds the lower level may take per decision."""
+    exhaust: bool | None = None
+    """The lower level also places every further pair a DP run cannot prove slower."""
+    policy_plan: bool | None = None
+    """The upper level also builds its own plan where the lower level places pairs."""
+    samples: int = 0
+    """Sampled plans per preference besides the greedy one (seeded when > 0)."""
+    polish: int = 0
+    """Rounds of local search on each plan."""
+    starts: bool = False
+    """One greedy episode per (dp, micro-batch) pair in every decision."""
+    cost_steps: int = 4
+    """Cost budgets per GPU level of the budget sweep."""
+
+    def decision_settings(self) -> dict:
+        """The fields of :class:`rl.decide.DecisionSettings` these options set."""
+        names = ("pairs", "lower_time", "exhaust", "policy_plan", "samples", "polish", "starts")
+        return {name: value for name in names if (value := getattr(self, name)) is not None}
+
+    def inputs(self) -> list[Path]:
+        return [] if self.checkpoint is None else [Path(self.checkpoint)]
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--hippo-pairs", type=integer_arg(0, 100_000), default=None,
+                            help="Hi-PPO: pairs the lower level places per decision "
+                                 "(default: rl.decide's)")
+        parser.add_argument("--hippo-lower-time",
+                            type=number_arg(0, MAX_DEADLINE_S, low_open=True), default=None,
+                            help="Hi-PPO: seconds the lower level may take per decision "
+                                 "(default: rl.decide's)")
+        parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
+                            default=None,
+                            help="Hi-PPO: the lower level also places every further pair a "
+                                 "DP run cannot prove slower (default: rl.decide's, on)")
+        parser.add_argument("--hippo-policy-plan", action=argparse.BooleanOptionalAction,
+                            default=None,
+                            help="Hi-PPO: the upper level also builds its own plan where the "
+                                 "lower level places pairs (default: rl.decide's, off)")
+        parser.add_argument("--hippo-samples", type=integer_arg(0, 1024), default=0,
+                            help="Hi-PPO: sampled plans per preference besides the greedy one")
+        parser.add_argument("--hippo-polish", type=integer_arg(0, 1000), default=0,
+                            help="Hi-PPO: rounds of local search on each plan (0: none)")
+        parser.add_argument("--hippo-starts", action="store_true",
+                            help="Hi-PPO: one greedy episode per (dp, micro-batch) pair in "
+                                 "every decision")
+        parser.add_argument("--checkpoint", type=Path, default=None,
+                            help="Hi-PPO checkpoint (default: the shipped one)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> HippoOptions:
+        if args.checkpoint is not None and not args.checkpoint.is_file():
+            raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
+        return cls(checkpoint=None if args.checkpoint is None else str(args.checkpoint),
+                   pairs=args.hippo_pairs, lower_time=args.hippo_lower_time,
+                   exhaust=args.hippo_exhaust, policy_plan=args.hippo_policy_plan,
+                   samples=args.hippo_samples, polish=args.hippo_polish,
+                   starts=args.hippo_starts)
+
+
+_RL = importlib.util.find_spec("rl")  # found without importing torch
+HIPPO_CHECKPOINT = (Path(_RL.submodule_search_locations[0]) / "checkpoints" / "hi_ppo.pt"
+                    if _RL is not None else None)
+
+
+def _hippo_unavailable(options: HippoOptions) -> str | None:
+    if HIPPO_CHECKPOINT is None:
+        return "the Hi-PPO agent (package rl) is not installed"
+    if options.checkpoint is None and not HIPPO_CHECKPOINT.is_file():
+        return (f"no Hi-PPO checkpoint at {HIPPO_CHECKPOINT} (train one with python -m "
+                "rl.train --out that path, or pass --checkpoint)")
+    return None
+
+
 _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and process
 
 
-def _hippo(instance: Instance, seed: int, normalisation: dict | None,
-           options: dict) -> MethodRun:
+def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: HippoOptions,
+           preferences: tuple) -> MethodRun:
     from formulation.evaluator import evaluate_plans
     from rl.decide import (
         DEFAULT_CHECKPOINT,
@@ -89,12 +263,11 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     from rl.env import NoPlanWithinBudget
     from rl.masks import NO_BUDGETS
 
-    hippo = options.get("hippo", {})
-    checkpoint = str(hippo.get("checkpoint") or DEFAULT_CHECKPOINT)
+    checkpoint = options.checkpoint or str(DEFAULT_CHECKPOINT)
     scheduler = _SCHEDULERS.get(checkpoint)
     if scheduler is None:
         scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
-    settings = DecisionSettings(**{**hippo.get("settings", {}), "seed": seed})
+    settings = DecisionSettings(**{**options.decision_settings(), "seed": seed})
     scheduler.forget()  # every front a cold one: nothing found for an earlier one kept
     latencies = []
 
@@ -108,8 +281,8 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     # the budget sweep (epsilon-constraint-like), then one decision per suite preference
     plans, _ = sweep_front(decide, lambda plan: float(evaluate_plans(instance, [plan])
                                                        .comm_cost[0]),
-                           SWEEP_PREFERENCES, hippo.get("cost_steps", 4))
-    for weights in options["preferences"]:
+                           SWEEP_PREFERENCES, options.cost_steps)
+    for weights in preferences:
         try:
             plans += [plan for plan, _ in decide(weights, NO_BUDGETS)]
         except NoPlanWithinBudget:  # the instance's own cost budget admits no plan
@@ -119,49 +292,72 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None,
     return MethodRun(front, len(plans), feasible, decision_latencies=latencies)
 
 
-DESCRIPTIONS = {
-    "nsga2": "NSGA-II with repair (solvers.nsga2)",
-    "single-domain": "best plan inside one domain",
-    "oblivious": "network-oblivious static chain",
-    "greedy": "network-aware greedy placement",
-    "sailor": "Sailor-like DP planner",
-    "dtfm": "DT-FM-like GA with open-loop TSP order",
-    "diloco": "DiLoCo replicas synchronised every H steps (changes the optimiser)",
-    "hippo": "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets "
-             "at each GPU level) and one plan per suite preference (rl.decide); each "
-             "decision: the lower level's plans (exact DP) for the --hippo-pairs pairs the "
-             "policy ranks first, then, in its order within --hippo-lower-time, every pair a "
-             "DP run cannot prove slower, and the policy's own plan where the lower level "
-             "finds none or runs out of time (always with --hippo-policy-plan); "
-             "--hippo-samples adds sampled plans, --hippo-polish their local-search optima",
+# ---- the registry -------------------------------------------------------------------------
+
+# The committed exact front, scored like a method so that every table shows what the ground
+# truth achieves; its latency is the solver wall time in the front's provenance.
+register(Method(REFERENCE, "the committed exact front (reference)", None))
+register(Method("nsga2", "NSGA-II with repair (solvers.nsga2)", _nsga2, Nsga2Options,
+                seeded=True, replans=True))
+_BASELINES = {  # name: (description, seeded, can re-plan)
+    "single-domain": ("best plan inside one domain", False, True),
+    "oblivious": ("network-oblivious static chain", False, True),
+    "greedy": ("network-aware greedy placement", False, True),
+    "sailor": ("Sailor-like DP planner", False, True),
+    "dtfm": ("DT-FM-like GA with open-loop TSP order", True, True),
+    # its plans change the optimiser: no pipeline for the online simulator to run
+    "diloco": ("DiLoCo replicas synchronised every H steps (changes the optimiser)", False,
+               False),
 }
-METHODS: dict[str, Method] = {
-    # The committed exact front, scored like a method so that every table shows what the
-    # ground truth achieves; its latency is the solver wall time in the front's provenance.
-    "exact": Method("exact", False, None, "the committed exact front (reference)"),
-    "nsga2": Method("nsga2", True, _nsga2, DESCRIPTIONS["nsga2"]),
-    **{name: Method(name, name == "dtfm", _baseline(name), DESCRIPTIONS[name])
-       for name in BASELINES},
-}
-# Methods the evaluation should score but cannot yet: reported, never silently dropped.
-MISSING: dict[str, str] = {}
-_RL = importlib.util.find_spec("rl")  # found without importing torch
-HIPPO_CHECKPOINT = (Path(_RL.submodule_search_locations[0]) / "checkpoints" / "hi_ppo.pt"
-                    if _RL is not None else None)
-if HIPPO_CHECKPOINT is None:
-    MISSING["hippo"] = "the Hi-PPO agent (package rl) is not installed"
-else:
-    METHODS["hippo"] = Method("hippo", False, _hippo, DESCRIPTIONS["hippo"])
-    if not HIPPO_CHECKPOINT.is_file():  # scored only with --checkpoint then
-        MISSING["hippo"] = (f"no Hi-PPO checkpoint at {HIPPO_CHECKPOINT} (train one with "
-                            "python -m rl.train --out that path, or pass --checkpoint)")
-ALL_METHODS = [*METHODS, *(name for name in MISSING if name not in METHODS)]
+assert set(_BASELINES) == set(BASELINES), "every baseline of solvers.baselines is declared"
+for _name, (_description, _seeded, _replans) in _BASELINES.items():
+    register(Method(_name, _description, _baseline(_name, _seeded), seeded=_seeded,
+                    replans=_replans))
+register(Method(
+    "hippo",
+    "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets at each "
+    "GPU level) and one plan per suite preference (rl.decide); each decision: the lower "
+    "level's plans (exact DP) for the --hippo-pairs pairs the policy ranks first, then, in "
+    "its order within --hippo-lower-time, every pair a DP run cannot prove slower, and the "
+    "policy's own plan where the lower level finds none or runs out of time (always with "
+    "--hippo-policy-plan); --hippo-samples adds sampled plans, --hippo-polish their "
+    "local-search optima",
+    _hippo, HippoOptions, seeded=lambda options: options.samples > 0, replans=True,
+    unavailable=_hippo_unavailable))
+
+ALL_METHODS = list(METHODS)
+
+
+def default_options() -> dict[str, MethodOptions]:
+    return {name: method.options() for name, method in METHODS.items()}
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, MethodOptions]:
+    """Every method's options from flags its options class added to the parser."""
+    return {name: method.options.from_args(args) for name, method in METHODS.items()}
+
+
+def add_method_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every method's flags, each options class once."""
+    for options in dict.fromkeys(method.options for method in METHODS.values()):
+        options.add_arguments(parser)
+
+
+def unavailable(options: dict[str, MethodOptions]) -> dict[str, str]:
+    """The methods that cannot run with ``options``, and why."""
+    return {name: why for name, method in METHODS.items()
+            if (why := method.unavailable(options[name])) is not None}
+
+
+MISSING: dict[str, str] = unavailable(default_options())
+"""The methods that cannot run with their default options in this installation (a
+``--checkpoint`` can make Hi-PPO one that can)."""
 
 
 def check_methods(names: list[str]) -> list[str]:
     """The known names among ``names``; raises ValueError naming an unknown one."""
     for name in names:
-        if name not in METHODS and name not in MISSING:
+        if name not in METHODS:
             raise ValueError(f"--methods: unknown method {name!r}; choose from "
                              f"{', '.join(ALL_METHODS)}")
     return names

@@ -3,7 +3,12 @@
 A :class:`ReferenceSet` is the exact front in one objective space with its fixed
 normalisation (ideal, nadir, hypervolume reference point; stored with the committed front
 for (step_time_s, gpus, comm_cost), derived from the front for (step_time_s, 1/MFU,
-comm_cost)). Every indicator takes a method's (N, 3) objective array in the same space:
+comm_cost)). An :class:`Indicator` scores a method's (N, 3) objective array in the same
+space. As in pymoo's ``Indicator``, the base :meth:`Indicator.do` handles a method without
+points (the indicator's ``empty`` value) and the normalisation (``normalised``: the formula
+sees both sets scaled to the reference's box); a subclass states only its formula. The
+evaluation records, summarises and reports the indicators of :data:`INDICATORS`, so a new
+one is a subclass and an entry there (and its test):
 
 * ``coverage(eps)``: share of reference points z for which the method has a point a with
   a_i <= (1 + eps) z_i in every objective (the sponsor's "Pareto coverage");
@@ -15,7 +20,8 @@ comm_cost)). Every indicator takes a method's (N, 3) objective array in the same
 * ``epsilon_multiplicative``: least factor e with, for every z, some a_i <= e z_i (raw
   objectives; a zero objective is matched only by zero). Coverage at eps is 100 % exactly
   when this is <= 1 + eps (up to the rounding tolerance RTOL);
-* ``c_metric(A, B)``: share of B weakly dominated by some point of A (Zitzler's C);
+* ``c_metric(A, B)``: share of B weakly dominated by some point of A (Zitzler's C), both
+  ways between the method and the reference;
 * ``preference_gap``: ``J(best method point) / J* - 1`` for the seeds' scalarised cost J
   (:mod:`formulation.reward`), J* its minimum over the reference front.
 
@@ -24,6 +30,7 @@ A method with no points scores coverage 0, hypervolume 0, and infinite distances
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import moocore
@@ -72,58 +79,116 @@ def _points(objectives: np.ndarray) -> np.ndarray:
     return np.asarray(objectives, dtype=float).reshape(-1, 3)
 
 
-def coverage(objectives: np.ndarray, reference: ReferenceSet, eps: float) -> float:
-    method = _points(objectives)
-    if not len(method):
-        return 0.0
-    bound = reference.objectives * (1 + eps) * (1 + RTOL) + 1e-12
-    covered = np.all(method[:, None, :] <= bound[None], axis=2).any(axis=0)
-    return float(covered.mean())
-
-
-def hypervolume_ratio(objectives: np.ndarray, reference: ReferenceSet) -> float:
-    whole = reference.hypervolume
-    return normalised_hypervolume(_points(objectives), reference.normalisation) / whole \
-        if whole else 0.0
-
-
-def igd_plus(objectives: np.ndarray, reference: ReferenceSet) -> float:
-    method = _points(objectives)
-    if not len(method):
-        return float("inf")
-    return float(moocore.igd_plus(scale_to_box(method, reference.normalisation),
-                                  ref=scale_to_box(reference.objectives,
-                                                   reference.normalisation)))
-
-
-def epsilon_additive(objectives: np.ndarray, reference: ReferenceSet) -> float:
-    method = _points(objectives)
-    if not len(method):
-        return float("inf")
-    return float(moocore.epsilon_additive(
-        scale_to_box(method, reference.normalisation),
-        ref=scale_to_box(reference.objectives, reference.normalisation)))
-
-
-def epsilon_multiplicative(objectives: np.ndarray, reference: ReferenceSet) -> float:
-    method = _points(objectives)
-    if not len(method):
-        return float("inf")
-    a, z = method[:, None, :], reference.objectives[None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(z > 0, a / np.where(z > 0, z, 1.0), np.where(a <= 1e-12, 1.0, np.inf))
-    return float(ratio.max(axis=2).min(axis=0).max())
-
-
 def c_metric(a: np.ndarray, b: np.ndarray) -> float:
     """Share of the points of ``b`` that some point of ``a`` weakly dominates."""
     a, b = _points(a), _points(b)
-    if not len(b):
-        return 0.0
-    if not len(a):
+    if not len(a) or not len(b):
         return 0.0
     weakly = np.all(a[:, None, :] <= b[None] * (1 + RTOL) + 1e-12, axis=2).any(axis=0)
     return float(weakly.mean())
+
+
+class Indicator:
+    """A quality indicator of a method's points against a :class:`ReferenceSet`."""
+
+    name: str  # its record column (``mfu_`` prefixed in MFU space)
+    label: str  # its column header in the report
+    share: bool = False  # a share of points (reported in percent)
+    empty: float = math.inf  # its value for a method without points
+    normalised: bool = False  # the formula sees both point sets scaled to the reference box
+
+    def do(self, objectives: np.ndarray, reference: ReferenceSet) -> float:
+        method = _points(objectives)
+        if not len(method):
+            return self.empty
+        ref = reference.objectives
+        if self.normalised:
+            method = scale_to_box(method, reference.normalisation)
+            ref = scale_to_box(ref, reference.normalisation)
+        return float(self._do(method, ref, reference))
+
+    __call__ = do
+
+    def _do(self, method: np.ndarray, ref: np.ndarray, reference: ReferenceSet) -> float:
+        """The formula, on a non-empty method set (normalised if ``normalised``)."""
+        raise NotImplementedError
+
+
+class Coverage(Indicator):
+    share, empty = True, 0.0
+
+    def __init__(self, eps: float):
+        self.eps = eps
+        self.name = f"coverage_{eps:g}"
+        self.label = f"cov {100 * eps:g}%" if eps else "cov 0"
+
+    def _do(self, method, ref, reference):
+        bound = ref * (1 + self.eps) * (1 + RTOL) + 1e-12
+        return np.all(method[:, None, :] <= bound[None], axis=2).any(axis=0).mean()
+
+
+class HypervolumeRatio(Indicator):
+    name, label, empty = "hv_ratio", "HV ratio", 0.0
+
+    def _do(self, method, ref, reference):
+        whole = reference.hypervolume
+        return normalised_hypervolume(method, reference.normalisation) / whole if whole \
+            else 0.0
+
+
+class IgdPlus(Indicator):
+    name, label, normalised = "igd_plus", "IGD+", True
+
+    def _do(self, method, ref, reference):
+        return moocore.igd_plus(method, ref=ref)
+
+
+class EpsilonAdditive(Indicator):
+    name, label, normalised = "eps_additive", "eps+", True
+
+    def _do(self, method, ref, reference):
+        return moocore.epsilon_additive(method, ref=ref)
+
+
+class EpsilonMultiplicative(Indicator):
+    name, label = "eps_multiplicative", "eps x"
+
+    def _do(self, method, ref, reference):
+        a, z = method[:, None, :], ref[None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(z > 0, a / np.where(z > 0, z, 1.0),
+                             np.where(a <= 1e-12, 1.0, np.inf))
+        return ratio.max(axis=2).min(axis=0).max()
+
+
+class Dominance(Indicator):
+    """Zitzler's C between the method (M) and the reference (E), one way."""
+
+    share, empty = True, 0.0
+
+    def __init__(self, method_dominates: bool):
+        self.method_dominates = method_dominates
+        self.name = "c_method_exact" if method_dominates else "c_exact_method"
+        self.label = "C(M,E)" if method_dominates else "C(E,M)"
+
+    def _do(self, method, ref, reference):
+        return c_metric(method, ref) if self.method_dominates else c_metric(ref, method)
+
+
+EPS_LEVELS = (0.0, 0.01, 0.02, 0.05)  # the coverage levels every table reports
+INDICATORS: tuple[Indicator, ...] = (
+    *(Coverage(eps) for eps in EPS_LEVELS), HypervolumeRatio(), IgdPlus(), EpsilonAdditive(),
+    EpsilonMultiplicative(), Dominance(True), Dominance(False))
+"""The indicators every unit records and every quality table shows, in column order."""
+
+hypervolume_ratio = HypervolumeRatio()
+igd_plus = IgdPlus()
+epsilon_additive = EpsilonAdditive()
+epsilon_multiplicative = EpsilonMultiplicative()
+
+
+def coverage(objectives: np.ndarray, reference: ReferenceSet, eps: float) -> float:
+    return Coverage(eps).do(objectives, reference)
 
 
 def preference_gap(objectives: np.ndarray, reference: np.ndarray, weights,

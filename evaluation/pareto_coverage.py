@@ -29,7 +29,16 @@ from pathlib import Path
 import pandas as pd
 
 from evaluation import plots
-from evaluation.methods import ALL_METHODS, METHODS, MISSING, check_methods
+from evaluation.methods import (
+    ALL_METHODS,
+    METHODS,
+    REFERENCE,
+    MethodOptions,
+    add_method_arguments,
+    check_methods,
+    options_from_args,
+    unavailable,
+)
 from evaluation.report import (
     Table,
     kpi_table,
@@ -68,7 +77,6 @@ from instances.suites import (
     suite_paths,
     suite_preferences,
 )
-from solvers.chain import MAX_DEADLINE_S
 from solvers.front import Front, command_line, versions
 
 DEFAULT_METHODS = ALL_METHODS
@@ -122,36 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a count: each seeded method runs with seeds 0..N-1 (default 3)")
     parser.add_argument("--repeats", type=integer_arg(0, 10_000), default=3,
                         help="timed decisions per unit after one warm-up")
-    parser.add_argument("--generations", type=integer_arg(1, 1_000_000), default=None,
-                        help="NSGA-II generations")
-    parser.add_argument("--population", type=integer_arg(2, 100_000), default=None,
-                        help="NSGA-II population")
-    parser.add_argument("--descent", type=integer_arg(0, 100_000), default=None,
-                        help="NSGA-II: plans its final Pareto descent expands")
-    parser.add_argument("--hippo-pairs", type=integer_arg(0, 100_000), default=None,
-                        help="Hi-PPO: pairs the lower level places per decision (default: "
-                        "rl.decide's)")
-    parser.add_argument("--hippo-lower-time",
-                        type=number_arg(0, MAX_DEADLINE_S, low_open=True), default=None,
-                        help="Hi-PPO: seconds the lower level may take per decision "
-                        "(default: rl.decide's)")
-    parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="Hi-PPO: the lower level also places every further pair a DP "
-                        "run cannot prove slower (default: rl.decide's, on)")
-    parser.add_argument("--hippo-policy-plan", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="Hi-PPO: the upper level also builds its own plan where the "
-                        "lower level places pairs (default: rl.decide's, off)")
-    parser.add_argument("--hippo-samples", type=integer_arg(0, 1024), default=0,
-                        help="Hi-PPO: sampled plans per preference besides the greedy one")
-    parser.add_argument("--hippo-polish", type=integer_arg(0, 1000), default=0,
-                        help="Hi-PPO: rounds of local search on each plan (0: none)")
-    parser.add_argument("--hippo-starts", action="store_true",
-                        help="Hi-PPO: one greedy episode per (dp, micro-batch) pair in "
-                        "every decision")
-    parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="Hi-PPO checkpoint (default: the shipped one)")
+    add_method_arguments(parser)
     parser.add_argument("--target-gap", type=number_arg(0, 0.999), default=0.05,
                         help="time-to-target: hypervolume ratio >= 1 - this")
     parser.add_argument("--match", action="append", default=[],
@@ -165,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(lambda: evaluate_suite(args))
 
 
-def _check(args: argparse.Namespace) -> list[str]:
-    if args.checkpoint is not None and not args.checkpoint.is_file():
-        raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
+def _check(args: argparse.Namespace, options: dict[str, MethodOptions]) -> list[str]:
     names = [n for item in (args.methods or DEFAULT_METHODS) for n in item.split(",") if n]
     if not names:
         raise InputError(f"--methods: no method named; choose from {', '.join(ALL_METHODS)}")
@@ -176,30 +153,26 @@ def _check(args: argparse.Namespace) -> list[str]:
     except ValueError as err:
         raise InputError(str(err)) from None
     if args.methods is not None:
-        asked_missing = [n for n in names if n in missing_now(args)]
+        missing = unavailable(options)
+        asked_missing = [n for n in names if n in missing]
         if asked_missing:
             name = asked_missing[0]
-            raise InputError(f"--methods: {name} is not available: {MISSING[name]}")
+            raise InputError(f"--methods: {name} is not available: {missing[name]}")
     return names
-
-
-def missing_now(args: argparse.Namespace) -> dict[str, str]:
-    """The methods that cannot be scored in this run (a --checkpoint makes Hi-PPO one that
-    can)."""
-    return {name: why for name, why in MISSING.items()
-            if not (name == "hippo" and args.checkpoint is not None and "hippo" in METHODS)}
 
 
 def evaluate_suite(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    names = _check(args)
-    unavailable = missing_now(args)
-    missing = [n for n in names if n in unavailable]
-    methods = [n for n in names if n in METHODS and n not in unavailable]
+    options = options_from_args(args)
+    names = _check(args, options)
+    not_available = unavailable(options)
+    missing = [n for n in names if n in not_available]
+    methods = [n for n in names if n not in not_available]
+    option_inputs = [path for o in options.values() for path in o.inputs()]
     asked = Path(args.suite)  # a directory given by path: checked before it is read
-    output_directory(args.out, inputs=[asked if asked.is_dir() else None, args.checkpoint])
+    output_directory(args.out, inputs=[asked if asked.is_dir() else None, *option_inputs])
     pairs, suite_dir = suite_files(args.suite)
-    out = output_directory(args.out, inputs=[suite_dir, args.checkpoint])
+    out = output_directory(args.out, inputs=[suite_dir, *option_inputs])
     pairs = [p for p in pairs if not args.match or any(m in p[0].stem for m in args.match)]
     if not pairs:
         raise InputError(f"--match: no instance of {args.suite!r} matches {args.match}")
@@ -216,43 +189,30 @@ def evaluate_suite(args: argparse.Namespace) -> int:
                              "one point")
         documents.append((read_json(instance_path, "instance"), read_json(front_path, "front")))
     for name in missing:
-        print(f"note: {name} not scored: {MISSING[name]}", file=sys.stderr)
+        print(f"note: {name} not scored: {not_available[name]}", file=sys.stderr)
 
-    nsga2 = {key: value for key in ("generations", "population", "descent")
-             if (value := getattr(args, key)) is not None}
-    hippo_settings = {"samples": args.hippo_samples, "polish": args.hippo_polish,
-                      "starts": args.hippo_starts}
-    if args.hippo_pairs is not None:
-        hippo_settings["pairs"] = args.hippo_pairs
-    if args.hippo_lower_time is not None:
-        hippo_settings["lower_time"] = args.hippo_lower_time
-    if args.hippo_exhaust is not None:
-        hippo_settings["exhaust"] = args.hippo_exhaust
-    if args.hippo_policy_plan is not None:
-        hippo_settings["policy_plan"] = args.hippo_policy_plan
-    hippo = {"settings": hippo_settings,
-             "checkpoint": None if args.checkpoint is None else str(args.checkpoint)}
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,
-                                  nsga2=nsga2, hippo=hippo)
+                                  options=options)
 
     def seeds(method: str) -> int:
-        sampled = method == "hippo" and args.hippo_samples > 0
-        return args.seeds if METHODS[method].seeded or sampled else 1
+        return args.seeds if METHODS[method].is_seeded(options[method]) else 1
 
     units = [WorkUnit(instance, front, method, seed, settings)
              for method in methods for instance, front in documents
              for seed in range(seeds(method))]
     # the results appear whole or not at all; a second run into --out meanwhile is refused
     with ResultsDirectory(out, RESULTS_NAMES) as staging:
-        _evaluate(units, args, settings, methods, missing, started, staging)
+        _evaluate(units, args, settings, methods, {n: not_available[n] for n in missing},
+                  started, staging)
     print(f"{len(units)} units in {round(time.perf_counter() - started, 1)} s -> "
           f"{out}/report.md", file=sys.stderr)
     return 0
 
 
 def _evaluate(units: list[WorkUnit], args: argparse.Namespace, settings: EvaluationSettings,
-              methods: list[str], missing: list[str], started: float, out: Path) -> None:
+              methods: list[str], missing: dict[str, str], started: float,
+              out: Path) -> None:
     """Run the units and write every table, plot and the report into ``out``."""
     try:
         records = _run(units, args)
@@ -272,7 +232,7 @@ def _evaluate(units: list[WorkUnit], args: argparse.Namespace, settings: Evaluat
 
     provenance = {"command": command_line("evaluation.pareto_coverage"),
                   "versions": versions(), "suite": args.suite,
-                  "settings": asdict(settings), "methods": methods, "missing": missing,
+                  "settings": asdict(settings), "methods": methods, "missing": list(missing),
                   "workers": args.workers, "scheduler": args.scheduler,
                   "units": len(units), "finished": datetime.now(UTC).isoformat(timespec="seconds"),
                   "wall_time_s": round(time.perf_counter() - started, 1)}
@@ -284,7 +244,7 @@ def _evaluate(units: list[WorkUnit], args: argparse.Namespace, settings: Evaluat
     figures = [*plots.front_plots(records, out / "plots"),
                plots.coverage_plot(records, out / "plots"),
                plots.latency_plot(records, out / "plots")]
-    report = _report(tables, kpis, provenance, figures, out)
+    report = _report(tables, kpis, provenance, missing, figures, out)
     write_atomic(out / "report.md", lambda p: p.write_text(report))
 
 
@@ -310,14 +270,14 @@ def _points_frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         if r["instance"] not in seen:
             seen.add(r["instance"])
-            rows += [{"instance": r["instance"], "method": "exact", "seed": 0,
+            rows += [{"instance": r["instance"], "method": REFERENCE, "seed": 0,
                       "step_time_s": p[0], "gpus": p[1], "comm_cost": p[2]}
                      for p in r["reference"]]
     return pd.DataFrame(rows)
 
 
-def _report(tables: list[Table], kpis: pd.DataFrame, provenance: dict, figures: list[Path],
-            out: Path) -> str:
+def _report(tables: list[Table], kpis: pd.DataFrame, provenance: dict, missing: dict[str, str],
+            figures: list[Path], out: Path) -> str:
     failing = kpis[kpis["pass"] == False]  # noqa: E712 (None means: does not apply)
     lines = ["# Methods against the exact Pareto fronts", "",
              f"`{provenance['command']}`: suite `{provenance['suite']}`, "
@@ -325,9 +285,8 @@ def _report(tables: list[Table], kpis: pd.DataFrame, provenance: dict, figures: 
              f"finished {provenance['finished']}.", ""]
     lines += [f"- `{name}`: {METHODS[name].description}" for name in provenance["methods"]]
     lines += [""]
-    if provenance["missing"]:
-        lines += [f"Not scored: {', '.join(provenance['missing'])} "
-                  f"({'; '.join(MISSING[m] for m in provenance['missing'])}).", ""]
+    if missing:
+        lines += [f"Not scored: {', '.join(missing)} ({'; '.join(missing.values())}).", ""]
     lines += [markdown(table) for table in tables]
     lines += ["### KPIs missed", ""]
     lines += [f"- {row['method']}: {row['name']} = {row['value']:.4g} (target "

@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from evaluation.methods import REFERENCE  # noqa: E402
 from evaluation.units import EPS_CURVE  # noqa: E402
 from formulation.outputs import write_figure  # noqa: E402
 
@@ -59,9 +60,9 @@ def front_plots(records: list[dict], directory: Path) -> list[Path]:
         figure, axes = plt.subplots(1, 3, figsize=(15, 4.6))
         for axis, (x, y) in zip(axes, PROJECTIONS, strict=True):
             axis.scatter(reference[:, x], reference[:, y], s=90, facecolors="none",
-                         edgecolors="black", linewidths=1.5, label="exact", zorder=3)
+                         edgecolors="black", linewidths=1.5, label=REFERENCE, zorder=3)
             for index, method in enumerate(methods):
-                if method == "exact":  # drawn above as the reference
+                if method == REFERENCE:  # drawn above as the reference
                     continue
                 first = next((r for r in own if r["method"] == method), None)
                 if first is None or not first["points"]:
@@ -105,7 +106,7 @@ def latency_plot(records: list[dict], directory: Path) -> Path:
         own = [r for r in records if r["method"] == method]
         latency = np.median([t for r in own for t in r["latency_s"]] or [np.nan])
         quality = np.mean([r["hv_ratio"] for r in own])
-        if method == "exact":  # drawn below at the solver's wall time
+        if method == REFERENCE:  # drawn below at the solver's wall time
             continue
         marker = MARKERS[index % len(MARKERS)]
         dot = axis.scatter([latency], [quality], marker=marker, s=60, label=method, zorder=3)

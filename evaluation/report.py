@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from evaluation.metrics import INDICATORS
 from evaluation.summary import KPIS
 from formulation.outputs import write_atomic
 
@@ -43,11 +44,8 @@ def millis(value: float) -> str:
 
 def quality_table(methods: pd.DataFrame, prefix: str, space: str) -> Table:
     columns: list[tuple[str, str, Callable[[float], str]]] = [
-        ("cov 0", "coverage_0", percent), ("cov 1%", "coverage_0.01", percent),
-        ("cov 2%", "coverage_0.02", percent), ("cov 5%", "coverage_0.05", percent),
-        ("HV ratio", "hv_ratio", number), ("IGD+", "igd_plus", number),
-        ("eps+", "eps_additive", number), ("eps x", "eps_multiplicative", number),
-        ("C(M,E)", "c_method_exact", percent), ("C(E,M)", "c_exact_method", percent)]
+        (indicator.label, indicator.name, percent if indicator.share else number)
+        for indicator in INDICATORS]
     rows = []
     for _, row in methods.iterrows():
         name = row["method"] + (" †" if row["changes_optimizer"] else "")

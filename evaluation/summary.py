@@ -16,12 +16,10 @@ import numpy as np
 import pandas as pd
 
 from evaluation.latency import percentiles
-from evaluation.units import EPS_LEVELS
+from evaluation.metrics import INDICATORS
 
 # Columns of one record that hold one number per unit.
-QUALITY = ([f"coverage_{eps:g}" for eps in EPS_LEVELS]
-           + ["hv_ratio", "igd_plus", "eps_additive", "eps_multiplicative", "c_method_exact",
-              "c_exact_method"])
+QUALITY = [indicator.name for indicator in INDICATORS]
 SCALARS = (QUALITY + [f"mfu_{name}" for name in QUALITY]
            + ["median_gap", "feasibility", "time_reduction", "utilisation_gain",
               "cost_reduction", "bandwidth_loss_worst", "bandwidth_loss_mean",

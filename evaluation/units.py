@@ -24,7 +24,7 @@ import numpy as np
 
 from evaluation import metrics
 from evaluation.latency import one_domain_view, time_to_target, timed_decisions
-from evaluation.methods import METHODS, MethodRun
+from evaluation.methods import METHODS, MethodOptions, MethodRun, default_options
 from evaluation.robustness import RobustnessSettings, bandwidth_loss, load_stability
 from formulation.diloco import DilocoPlan
 from formulation.instance import Instance
@@ -32,7 +32,6 @@ from formulation.reward import mfu_space
 from solvers.baselines import baseline_references
 from solvers.front import Front, fronts_agree
 
-EPS_LEVELS = (0.0, 0.01, 0.02, 0.05)
 # the measured times of a record
 TIMED = ("latency_s", "intra_latency_s", "front_wall_s", "time_to_target_s")
 EPS_CURVE = tuple(round(0.005 * i, 3) for i in range(21))  # 0 .. 10 % for the plot
@@ -48,12 +47,8 @@ class EvaluationSettings:
     """Timed decisions per unit after one warm-up."""
     target_gap: float = 0.05
     """Time-to-target: time until the hypervolume ratio reaches 1 - target_gap."""
-    nsga2: dict = field(default_factory=dict)
-    """Overrides of :class:`solvers.nsga2.Nsga2Settings` (population, generations, descent)."""
-    hippo: dict = field(default_factory=dict)
-    """Hi-PPO options: ``samples`` per preference, ``polish`` rounds of local search per
-    plan, ``grid`` steps of the preference sweep (default 10), ``checkpoint`` (default: the
-    shipped one)."""
+    options: dict[str, MethodOptions] = field(default_factory=default_options)
+    """Each method's options (:class:`evaluation.methods.MethodOptions`), by method name."""
     robustness: RobustnessSettings = RobustnessSettings()
     trace_seed: int = 0
     """Seed of the bandwidth and load traces: the same traces for every method and seed."""
@@ -72,18 +67,10 @@ class WorkUnit:
 
 
 def _indicators(points: np.ndarray, reference: metrics.ReferenceSet, prefix: str) -> dict:
-    out = {f"{prefix}coverage_{eps:g}": metrics.coverage(points, reference, eps)
-           for eps in EPS_LEVELS}
-    out.update({
-        f"{prefix}hv_ratio": metrics.hypervolume_ratio(points, reference),
-        f"{prefix}igd_plus": metrics.igd_plus(points, reference),
-        f"{prefix}eps_additive": metrics.epsilon_additive(points, reference),
-        f"{prefix}eps_multiplicative": metrics.epsilon_multiplicative(points, reference),
-        f"{prefix}c_method_exact": metrics.c_metric(points, reference.objectives),
-        f"{prefix}c_exact_method": metrics.c_metric(reference.objectives, points),
-        f"{prefix}coverage_curve": [metrics.coverage(points, reference, eps)
-                                    for eps in EPS_CURVE],
-    })
+    out = {prefix + indicator.name: indicator.do(points, reference)
+           for indicator in metrics.INDICATORS}
+    out[f"{prefix}coverage_curve"] = [metrics.coverage(points, reference, eps)
+                                      for eps in EPS_CURVE]
     return out
 
 
@@ -118,14 +105,14 @@ def run_unit(unit: WorkUnit) -> dict:
     bases = baseline_references(instance)
     scale = bases.scale
     mfu_reference = metrics.ReferenceSet.in_mfu_space(reference_front, scale)
-    options = {"nsga2": settings.nsga2, "hippo": settings.hippo,
-               "preferences": settings.preferences}
+    options = settings.options[unit.method]
 
     def decide(state: Instance):
         return lambda: method.run(state, unit.seed, reference.normalisation
-                                  if state is instance else None, options)
+                                  if state is instance else None, options,
+                                  settings.preferences)
 
-    if method.run is None:  # the reference front itself: nothing to run or time here
+    if method.is_reference:  # the reference front itself: nothing to run or time here
         outcomes = [MethodRun(reference_front, len(reference_front.points),
                               len(reference_front.points))]
         latencies = [float(reference_front.provenance.get("wall_time_s", math.nan))]

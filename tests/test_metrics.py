@@ -382,3 +382,32 @@ def test_in_mfu_space_is_the_non_dominated_part_with_one_over_mfu(quick_front):
     assert len(m) == nondominated_mask(expected).sum()
     assert mapped.normalisation == reference_box(m)
     assert hypervolume_ratio(m, mapped) == pytest.approx(1.0)
+
+
+def test_indicators_are_listed_once_and_score_no_points_by_their_empty_value():
+    from evaluation.metrics import INDICATORS
+
+    names = [indicator.name for indicator in INDICATORS]
+    assert len(set(names)) == len(names)
+    assert len({indicator.label for indicator in INDICATORS}) == len(names)
+    for indicator in INDICATORS:
+        assert indicator.do(EMPTY, STAIRS) == indicator.empty, indicator.name
+    assert {i.name: i.empty for i in INDICATORS if i.empty != np.inf} == {
+        "coverage_0": 0.0, "coverage_0.01": 0.0, "coverage_0.02": 0.0, "coverage_0.05": 0.0,
+        "hv_ratio": 0.0, "c_method_exact": 0.0, "c_exact_method": 0.0}
+
+
+def test_a_new_indicator_states_only_its_formula():
+    """The base class hands a subclass non-empty, normalised points: here the largest
+    normalised coordinate of the method, which must lie in the reference's box."""
+    from evaluation.metrics import Indicator
+
+    class Largest(Indicator):
+        name, label, normalised = "largest", "max", True
+
+        def _do(self, method, ref, reference):
+            return method.max()
+
+    assert Largest().do(EMPTY, CORNERS) == np.inf
+    assert Largest().do(CORNERS.objectives, CORNERS) == pytest.approx(1.0)
+    assert Largest().do(MIDDLE, CORNERS) == pytest.approx(0.5)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from clitools import run_module
 
-from evaluation.methods import METHODS, MISSING
+from evaluation.methods import METHODS, MISSING, default_options
 from evaluation.pareto_coverage import main
 from evaluation.summary import KPIS
 
@@ -37,8 +37,10 @@ def test_writes_tables_report_and_plots(evaluated: Path, tiny_suite: Path):
                        if not p.name.endswith(".front.json"))
     assert sorted(units["instance"].unique()) == instances
     # seeded methods run each seed, the others once per instance
+    options = default_options()
     for method, group in units.groupby("method"):
-        assert len(group) == len(instances) * (2 if METHODS[method].seeded else 1)
+        seeded = METHODS[method].is_seeded(options[method])
+        assert len(group) == len(instances) * (2 if seeded else 1)
     methods = pd.read_csv(evaluated / "methods.csv").set_index("method")
     empty = units.groupby(["method", "instance"])["points"].max().eq(0).groupby("method").sum()
     assert methods["no_plan"].to_dict() == empty.to_dict()

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.methods import Nsga2Options, default_options
 from evaluation.runner import run_units
 from evaluation.units import EvaluationSettings, WorkUnit, without_times
 from formulation.schema import read_json
 from instances.suites import PREFERENCES
 
-SETTINGS = EvaluationSettings(preferences=PREFERENCES, repeats=1,
-                              nsga2={"population": 10, "generations": 4, "descent": 5})
+SETTINGS = EvaluationSettings(
+    preferences=PREFERENCES, repeats=1,
+    options={**default_options(), "nsga2": Nsga2Options(generations=4, population=10,
+                                                         descent=5)})
 
 
 def _units(suite: Path) -> list[WorkUnit]:

@@ -1,0 +1,85 @@
+"""The method registry: each method declared once, its options and flags read from it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from evaluation import methods
+from evaluation.methods import (
+    METHODS,
+    REFERENCE,
+    HippoOptions,
+    Method,
+    MethodOptions,
+    Nsga2Options,
+    add_method_arguments,
+    default_options,
+    options_from_args,
+    register,
+    unavailable,
+)
+from formulation.schema import InputError
+from solvers.baselines import METHODS as BASELINES
+
+
+def _parse(*flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_method_arguments(parser)
+    return parser.parse_args(list(flags))
+
+
+def test_every_method_is_declared_once_with_a_description():
+    assert set(BASELINES) | {REFERENCE, "nsga2", "hippo"} == set(METHODS)
+    for name, method in METHODS.items():
+        assert method.name == name and method.description
+        assert issubclass(method.options, MethodOptions)
+    assert [n for n, m in METHODS.items() if m.is_reference] == [REFERENCE]
+    with pytest.raises(ValueError, match="registered twice"):
+        register(Method("nsga2", "again", None))
+
+
+def test_seeded_and_replanning_are_declared():
+    options = default_options()
+    seeded = {name for name, m in METHODS.items() if m.is_seeded(options[name])}
+    assert seeded == {"nsga2", "dtfm"}
+    assert METHODS["hippo"].is_seeded(HippoOptions(samples=2))
+    replans = {name for name, m in METHODS.items() if m.replans}
+    assert replans == set(METHODS) - {REFERENCE, "diloco"}
+
+
+def test_flags_give_each_methods_options():
+    options = options_from_args(_parse("--generations", "4", "--population", "10",
+                                       "--hippo-samples", "3", "--no-hippo-exhaust"))
+    assert options["nsga2"] == Nsga2Options(generations=4, population=10)
+    assert options["nsga2"].settings(seed=7).generations == 4
+    assert options["nsga2"].settings(seed=7).seed == 7
+    hippo = options["hippo"]
+    assert (hippo.samples, hippo.exhaust, hippo.pairs) == (3, False, None)
+    # unset flags keep rl.decide's defaults: only the set ones reach DecisionSettings
+    assert hippo.decision_settings() == {"exhaust": False, "samples": 3, "polish": 0,
+                                         "starts": False}
+    assert options["sailor"] == MethodOptions()
+    assert options_from_args(_parse()) == default_options()
+
+
+def test_a_missing_checkpoint_is_one_clear_error_and_an_input(tmp_path: Path):
+    with pytest.raises(InputError, match="--checkpoint: no such file"):
+        options_from_args(_parse("--checkpoint", str(tmp_path / "none.pt")))
+    given = tmp_path / "agent.pt"
+    given.write_bytes(b"")
+    options = options_from_args(_parse("--checkpoint", str(given)))
+    assert options["hippo"].inputs() == [given]
+    assert all(not o.inputs() for name, o in options.items() if name != "hippo")
+
+
+def test_hippo_without_checkpoint_is_unavailable_and_says_why(monkeypatch, tmp_path: Path):
+    monkeypatch.setattr(methods, "HIPPO_CHECKPOINT", tmp_path / "hi_ppo.pt")
+    missing = unavailable(default_options())
+    assert list(missing) == ["hippo"] and "no Hi-PPO checkpoint" in missing["hippo"]
+    given = {**default_options(), "hippo": HippoOptions(checkpoint=str(tmp_path / "x.pt"))}
+    assert unavailable(given) == {}
+    monkeypatch.setattr(methods, "HIPPO_CHECKPOINT", None)
+    assert "not installed" in unavailable(given)["hippo"]
