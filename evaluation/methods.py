@@ -82,11 +82,13 @@ class Method:
     run: Callable[[Instance, int, dict | None, Any, tuple], MethodRun] | None
     """(instance, seed, reference normalisation or None, its options, the suite's
     preference vectors) -> MethodRun; None for the reference front itself."""
-    options: type[MethodOptions] = MethodOptions
+    options_type: type[MethodOptions] = MethodOptions
+    """Its options' class; ``options_type()`` gives the defaults."""
     seeded: bool | Callable[[Any], bool] = False
     """Whether different seeds give different results (given its options, if callable)."""
     replans: bool = False
-    """Whether it can plan a changed instance state (the online evaluation's planners)."""
+    """Whether it can plan a changed instance state from scratch, as a re-planning policy
+    needs (issue 17's online evaluation); the reference front and DiLoCo cannot."""
     unavailable: Callable[[Any], str | None] = lambda options: None
     """Why it cannot run with these options, or None."""
 
@@ -134,7 +136,8 @@ class Nsga2Options(MethodOptions):
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Nsga2Options:
-        return cls(args.generations, args.population, args.descent)
+        return cls(generations=args.generations, population=args.population,
+                   descent=args.descent)
 
 
 def _nsga2(instance: Instance, seed: int, normalisation: dict | None, options: Nsga2Options,
@@ -150,10 +153,12 @@ def _nsga2(instance: Instance, seed: int, normalisation: dict | None, options: N
 
 # ---- the papers' baselines ----------------------------------------------------------------
 
-def _baseline(name: str, seeded: bool) -> Callable[..., MethodRun]:
+def _baseline(name: str, genetic: bool) -> Callable[..., MethodRun]:
+    """Baseline ``name`` as a method; ``genetic``: its function takes ``GaSettings`` (the
+    unit's seed)."""
     def run(instance: Instance, seed: int, normalisation: dict | None,
             options: MethodOptions, preferences: tuple) -> MethodRun:
-        extra = {"settings": GaSettings(seed=seed)} if seeded else {}
+        extra = {"settings": GaSettings(seed=seed)} if genetic else {}
         front = baseline_front(instance, name, **extra)
         decisions = front.provenance["decisions"]
         return MethodRun(front, decisions,
@@ -165,8 +170,9 @@ def _baseline(name: str, seeded: bool) -> Callable[..., MethodRun]:
 
 @dataclass(frozen=True)
 class HippoOptions(MethodOptions):
-    """How Hi-PPO decides (:class:`rl.decide.DecisionSettings`; None keeps rl.decide's
-    default) and which checkpoint it loads."""
+    """How Hi-PPO decides (:class:`rl.decide.DecisionSettings`: a None field keeps
+    rl.decide's default; ``samples``, ``polish`` and ``starts`` are always passed) and which
+    checkpoint it loads."""
 
     checkpoint: str | None = None
     """A checkpoint file; None: the shipped one."""
@@ -299,7 +305,7 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: H
 register(Method(REFERENCE, "the committed exact front (reference)", None))
 register(Method("nsga2", "NSGA-II with repair (solvers.nsga2)", _nsga2, Nsga2Options,
                 seeded=True, replans=True))
-_BASELINES = {  # name: (description, seeded, can re-plan)
+_BASELINES = {  # name: (description, a GA seeded per unit, can re-plan)
     "single-domain": ("best plan inside one domain", False, True),
     "oblivious": ("network-oblivious static chain", False, True),
     "greedy": ("network-aware greedy placement", False, True),
@@ -311,7 +317,7 @@ _BASELINES = {  # name: (description, seeded, can re-plan)
 }
 assert set(_BASELINES) == set(BASELINES), "every baseline of solvers.baselines is declared"
 for _name, (_description, _seeded, _replans) in _BASELINES.items():
-    register(Method(_name, _description, _baseline(_name, _seeded), seeded=_seeded,
+    register(Method(_name, _description, _baseline(_name, genetic=_seeded), seeded=_seeded,
                     replans=_replans))
 register(Method(
     "hippo",
@@ -329,27 +335,27 @@ ALL_METHODS = list(METHODS)
 
 
 def default_options() -> dict[str, MethodOptions]:
-    return {name: method.options() for name, method in METHODS.items()}
+    return {name: method.options_type() for name, method in METHODS.items()}
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, MethodOptions]:
     """Every method's options from flags its options class added to the parser."""
-    return {name: method.options.from_args(args) for name, method in METHODS.items()}
+    return {name: method.options_type.from_args(args) for name, method in METHODS.items()}
 
 
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     """Every method's flags, each options class once."""
-    for options in dict.fromkeys(method.options for method in METHODS.values()):
-        options.add_arguments(parser)
+    for options_type in dict.fromkeys(method.options_type for method in METHODS.values()):
+        options_type.add_arguments(parser)
 
 
-def unavailable(options: dict[str, MethodOptions]) -> dict[str, str]:
+def unavailable_methods(options: dict[str, MethodOptions]) -> dict[str, str]:
     """The methods that cannot run with ``options``, and why."""
     return {name: why for name, method in METHODS.items()
             if (why := method.unavailable(options[name])) is not None}
 
 
-MISSING: dict[str, str] = unavailable(default_options())
+MISSING: dict[str, str] = unavailable_methods(default_options())
 """The methods that cannot run with their default options in this installation (a
 ``--checkpoint`` can make Hi-PPO one that can)."""
 

@@ -5,8 +5,10 @@ normalisation (ideal, nadir, hypervolume reference point; stored with the commit
 for (step_time_s, gpus, comm_cost), derived from the front for (step_time_s, 1/MFU,
 comm_cost)). An :class:`Indicator` scores a method's (N, 3) objective array in the same
 space. As in pymoo's ``Indicator``, the base :meth:`Indicator.do` handles a method without
-points (the indicator's ``empty`` value) and the normalisation (``normalised``: the formula
-sees both sets scaled to the reference's box); a subclass states only its formula. The
+points (the indicator's ``empty`` value) and, for an indicator that declares itself
+``normalised``, scales both sets to the reference's box before its formula sees them; a
+subclass states only its formula (the hypervolume ratio normalises through the committed
+hypervolume reference point itself; the multiplicative epsilon is raw by definition). The
 evaluation records, summarises and reports the indicators of :data:`INDICATORS`, so a new
 one is a subclass and an entry there (and its test):
 
@@ -25,7 +27,8 @@ one is a subclass and an entry there (and its test):
 * ``preference_gap``: ``J(best method point) / J* - 1`` for the seeds' scalarised cost J
   (:mod:`formulation.reward`), J* its minimum over the reference front.
 
-A method with no points scores coverage 0, hypervolume 0, and infinite distances.
+A method with no points scores coverage 0, hypervolume 0, C-metric 0 both ways, and
+infinite distances.
 """
 
 from __future__ import annotations

@@ -33,11 +33,10 @@ from evaluation.methods import (
     ALL_METHODS,
     METHODS,
     REFERENCE,
-    MethodOptions,
     add_method_arguments,
     check_methods,
     options_from_args,
-    unavailable,
+    unavailable_methods,
 )
 from evaluation.report import (
     Table,
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(lambda: evaluate_suite(args))
 
 
-def _check(args: argparse.Namespace, options: dict[str, MethodOptions]) -> list[str]:
+def _check(args: argparse.Namespace, not_available: dict[str, str]) -> list[str]:
     names = [n for item in (args.methods or DEFAULT_METHODS) for n in item.split(",") if n]
     if not names:
         raise InputError(f"--methods: no method named; choose from {', '.join(ALL_METHODS)}")
@@ -153,19 +152,18 @@ def _check(args: argparse.Namespace, options: dict[str, MethodOptions]) -> list[
     except ValueError as err:
         raise InputError(str(err)) from None
     if args.methods is not None:
-        missing = unavailable(options)
-        asked_missing = [n for n in names if n in missing]
+        asked_missing = [n for n in names if n in not_available]
         if asked_missing:
             name = asked_missing[0]
-            raise InputError(f"--methods: {name} is not available: {missing[name]}")
+            raise InputError(f"--methods: {name} is not available: {not_available[name]}")
     return names
 
 
 def evaluate_suite(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     options = options_from_args(args)
-    names = _check(args, options)
-    not_available = unavailable(options)
+    not_available = unavailable_methods(options)
+    names = _check(args, not_available)
     missing = [n for n in names if n in not_available]
     methods = [n for n in names if n not in not_available]
     option_inputs = [path for o in options.values() for path in o.inputs()]

@@ -48,7 +48,8 @@ class EvaluationSettings:
     target_gap: float = 0.05
     """Time-to-target: time until the hypervolume ratio reaches 1 - target_gap."""
     options: dict[str, MethodOptions] = field(default_factory=default_options)
-    """Each method's options (:class:`evaluation.methods.MethodOptions`), by method name."""
+    """Each method's options (:class:`evaluation.methods.MethodOptions`), by method name; a
+    method not named here runs with its defaults."""
     robustness: RobustnessSettings = RobustnessSettings()
     trace_seed: int = 0
     """Seed of the bandwidth and load traces: the same traces for every method and seed."""
@@ -105,7 +106,7 @@ def run_unit(unit: WorkUnit) -> dict:
     bases = baseline_references(instance)
     scale = bases.scale
     mfu_reference = metrics.ReferenceSet.in_mfu_space(reference_front, scale)
-    options = settings.options[unit.method]
+    options = settings.options.get(unit.method) or method.options_type()
 
     def decide(state: Instance):
         return lambda: method.run(state, unit.seed, reference.normalisation

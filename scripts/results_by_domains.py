@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluation.methods import REFERENCE
 from formulation.schema import CliParser, InputError, read_json, run_cli
 
 GROUPS = (("K = 5-10", 5, 10), ("K = 12-20", 12, 20), ("K = 20", 20, 20))
@@ -92,7 +93,7 @@ def _split(args: argparse.Namespace) -> None:
         raise InputError(f"--method: no record of method {unknown[0]!r} in "
                          f"{str(args.results / 'records.json')!r} (methods: "
                          f"{', '.join(present)})")
-    methods = args.method or sorted(set(present) - {"exact"})
+    methods = args.method or sorted(set(present) - {REFERENCE})
     for method in methods:
         for name, least, most in GROUPS:
             group = [r for r in records

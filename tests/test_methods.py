@@ -19,7 +19,7 @@ from evaluation.methods import (
     default_options,
     options_from_args,
     register,
-    unavailable,
+    unavailable_methods,
 )
 from formulation.schema import InputError
 from solvers.baselines import METHODS as BASELINES
@@ -35,7 +35,7 @@ def test_every_method_is_declared_once_with_a_description():
     assert set(BASELINES) | {REFERENCE, "nsga2", "hippo"} == set(METHODS)
     for name, method in METHODS.items():
         assert method.name == name and method.description
-        assert issubclass(method.options, MethodOptions)
+        assert issubclass(method.options_type, MethodOptions)
     assert [n for n, m in METHODS.items() if m.is_reference] == [REFERENCE]
     with pytest.raises(ValueError, match="registered twice"):
         register(Method("nsga2", "again", None))
@@ -58,7 +58,8 @@ def test_flags_give_each_methods_options():
     assert options["nsga2"].settings(seed=7).seed == 7
     hippo = options["hippo"]
     assert (hippo.samples, hippo.exhaust, hippo.pairs) == (3, False, None)
-    # unset flags keep rl.decide's defaults: only the set ones reach DecisionSettings
+    # unset flags that default to None keep rl.decide's defaults; samples, polish and
+    # starts always reach DecisionSettings
     assert hippo.decision_settings() == {"exhaust": False, "samples": 3, "polish": 0,
                                          "starts": False}
     assert options["sailor"] == MethodOptions()
@@ -77,9 +78,9 @@ def test_a_missing_checkpoint_is_one_clear_error_and_an_input(tmp_path: Path):
 
 def test_hippo_without_checkpoint_is_unavailable_and_says_why(monkeypatch, tmp_path: Path):
     monkeypatch.setattr(methods, "HIPPO_CHECKPOINT", tmp_path / "hi_ppo.pt")
-    missing = unavailable(default_options())
+    missing = unavailable_methods(default_options())
     assert list(missing) == ["hippo"] and "no Hi-PPO checkpoint" in missing["hippo"]
     given = {**default_options(), "hippo": HippoOptions(checkpoint=str(tmp_path / "x.pt"))}
-    assert unavailable(given) == {}
+    assert unavailable_methods(given) == {}
     monkeypatch.setattr(methods, "HIPPO_CHECKPOINT", None)
-    assert "not installed" in unavailable(given)["hippo"]
+    assert "not installed" in unavailable_methods(given)["hippo"]

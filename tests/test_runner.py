@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.methods import Nsga2Options, default_options
+from evaluation.methods import Nsga2Options
 from evaluation.runner import run_units
 from evaluation.units import EvaluationSettings, WorkUnit, without_times
 from formulation.schema import read_json
@@ -14,8 +14,7 @@ from instances.suites import PREFERENCES
 
 SETTINGS = EvaluationSettings(
     preferences=PREFERENCES, repeats=1,
-    options={**default_options(), "nsga2": Nsga2Options(generations=4, population=10,
-                                                         descent=5)})
+    options={"nsga2": Nsga2Options(generations=4, population=10, descent=5)})
 
 
 def _units(suite: Path) -> list[WorkUnit]:
