@@ -1,0 +1,189 @@
+"""Seeded dynamic scenarios with the sponsor's dynamics (seeds/003 topics 3-4).
+
+    python -m instances.scenarios INSTANCE --out FILE.json|FILE.csv [--hours 6] [--seed 0]
+        [--joins 0] [--quiet]
+
+:func:`generate_scenario` draws the events of :mod:`formulation.scenario` over ``hours`` on an
+instance: every link's bandwidth walks within +-30 % (one value every ``tick_s``), latency
+spikes of +50 % to +200 % lasting seconds to minutes, each domain's free GPUs walk within
++-20 % of nominal, nodes and whole domains fail and are repaired, and ``joins`` domains join
+during the first half of the run. Each kind draws from its own child generator, so tuning one
+leaves the others' events unchanged; the same seed gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from formulation.instance import Instance
+from formulation.outputs import output_path, report_stream, write_atomic, write_json
+from formulation.scenario import Event, EventKind, Scenario
+from formulation.schema import CliParser, InputError, check_ranges, integer_arg, number_arg, run_cli
+from instances.traces import DECIMALS, _bounded_walk
+
+MAX_HOURS = 24 * 7
+
+
+@dataclass(frozen=True)
+class ScenarioSettings:
+    """The dynamics a scenario draws (defaults: the sponsor's, seeds/003 topics 3-4)."""
+
+    hours: float = 6.0
+    tick_s: float = 300.0
+    """Bandwidth and load take a new value every tick."""
+    bandwidth_swing: float = 0.3
+    """Bandwidth factor within [1 - swing, 1 + swing] (+-30 %), a reflected walk."""
+    load_swing: float = 0.2
+    """Free-GPU factor within [1 - swing, 1 + swing] of nominal (+-20 %), a reflected walk."""
+    spikes_per_link_hour: float = 0.5
+    spike_factor: tuple[float, float] = (1.5, 3.0)
+    """Latency x this during a spike (>= +50 %), uniform."""
+    spike_seconds: tuple[float, float] = (5.0, 300.0)
+    """A spike's duration, log-uniform: seconds to minutes."""
+    node_failures_per_domain_hour: float = 0.1
+    node_repair_seconds: tuple[float, float] = (600.0, 3600.0)
+    domain_failures_per_domain_hour: float = 0.02
+    domain_repair_seconds: tuple[float, float] = (1800.0, 7200.0)
+    joins: int = 0
+    """Domains that join during the first half of the run (absent before)."""
+
+
+RANGES = {"hours": (1e-3, MAX_HOURS), "tick_s": (1.0, 86_400.0),
+          "bandwidth_swing": (0.0, 0.95), "load_swing": (0.0, 0.95),
+          "spikes_per_link_hour": (0.0, 1e3), "node_failures_per_domain_hour": (0.0, 1e3),
+          "domain_failures_per_domain_hour": (0.0, 1e3)}
+
+
+def _arrivals(rng: np.random.Generator, rate_per_hour: float, horizon_s: float) -> list[float]:
+    """Poisson arrival times in (0, horizon)."""
+    times, t = [], 0.0
+    if rate_per_hour <= 0:
+        return times
+    while True:
+        t += rng.exponential(3600.0 / rate_per_hour)
+        if t >= horizon_s:
+            return times
+        times.append(round(t, 3))
+
+
+def _walk_events(rng: np.random.Generator, ticks: int, tick_s: float, swing: float,
+                 targets: list[tuple[int, int | None]], kind: EventKind,
+                 high: np.ndarray | None = None) -> list[Event]:
+    """A reflected walk of a factor per target from 1 (tick 0 is nominal), one event per
+    later tick and target; link targets are (i, j) pairs, each walk given to both
+    directions that have a link."""
+    walk = 1.0 + _bounded_walk(rng, ticks, (len(targets),), -swing, swing, swing / 4)
+    walk = np.round(np.clip(walk, 1 - swing, 1 + swing), DECIMALS)
+    if high is not None:
+        walk = np.minimum(walk, high[None, :])
+    events = []
+    for tick in range(1, ticks):
+        for index, (domain, peer) in enumerate(targets):
+            value = float(walk[tick, index])
+            if peer is None:
+                events.append(Event(tick * tick_s, kind, domain, value=value))
+            else:
+                events += [Event(tick * tick_s, kind, a, b, value) for a, b in
+                           ((domain, peer), (peer, domain)) if b is not None]
+    return events
+
+
+def generate_scenario(instance: Instance, seed: int,
+                      settings: ScenarioSettings = ScenarioSettings()) -> Scenario:
+    check_ranges(settings, RANGES)
+    k = instance.num_domains
+    if not 0 <= settings.joins < k:
+        raise InputError(f"joins must be in [0, {k - 1}] (one domain at least is there from "
+                         f"the start), got {settings.joins}")
+    horizon = settings.hours * 3600.0
+    ticks = max(1, math.ceil(horizon / settings.tick_s))  # every tick before the horizon
+    bandwidth_rng, latency_rng, load_rng, node_rng, domain_rng, join_rng = \
+        np.random.default_rng(seed).spawn(6)
+    links = instance.links.bandwidth_gbps
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k) if links[i, j] > 0]
+    events = _walk_events(bandwidth_rng, ticks, settings.tick_s, settings.bandwidth_swing,
+                          [(i, j) for i, j in pairs], EventKind.BANDWIDTH)
+    # a direction without a link (asymmetric instance) gets no event
+    events = [e for e in events if links[e.domain, e.peer] > 0]
+
+    free = instance.free_gpus.astype(float)
+    most = np.array([d.gpus for d in instance.domains]) / np.where(free > 0, free, 1)
+    events += _walk_events(load_rng, ticks, settings.tick_s, settings.load_swing,
+                           [(d, None) for d in range(k)], EventKind.LOAD, high=most)
+
+    low_s, high_s = settings.spike_seconds
+    for i, j in pairs:
+        for t in _arrivals(latency_rng, settings.spikes_per_link_hour, horizon):
+            factor = round(float(latency_rng.uniform(*settings.spike_factor)), DECIMALS)
+            seconds = round(float(np.exp(latency_rng.uniform(np.log(low_s), np.log(high_s)))),
+                            3)
+            events += [Event(t, EventKind.LATENCY, a, b, factor, seconds)
+                       for a, b in ((i, j), (j, i)) if links[a, b] > 0]
+
+    for domain in range(k):
+        node = instance.gpu.gpus_per_node
+        for t in _arrivals(node_rng, settings.node_failures_per_domain_hour, horizon):
+            lost = float(min(node, instance.domains[domain].gpus))
+            events.append(Event(t, EventKind.NODE_FAILURE, domain, value=lost,
+                                duration_s=round(float(node_rng.uniform(
+                                    *settings.node_repair_seconds)), 3)))
+        for t in _arrivals(domain_rng, settings.domain_failures_per_domain_hour, horizon):
+            events.append(Event(t, EventKind.DOMAIN_FAILURE, domain,
+                                duration_s=round(float(domain_rng.uniform(
+                                    *settings.domain_repair_seconds)), 3)))
+    joining = join_rng.choice(k, size=settings.joins, replace=False)
+    events += [Event(round(float(join_rng.uniform(0, horizon / 2)), 3), EventKind.DOMAIN_JOIN,
+                     int(d)) for d in sorted(joining)]
+    provenance = {"generator": "instances.scenarios.generate_scenario",
+                  "instance": instance.name, "seed": seed,
+                  "settings": {key: list(value) if isinstance(value, tuple) else value
+                               for key, value in asdict(settings).items()},
+                  "versions": {"python": platform.python_version(), "numpy": np.__version__}}
+    return Scenario.of(horizon, events, provenance)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CliParser(prog="python -m instances.scenarios",
+                       description="Draw a dynamic scenario (timed events) for an instance.")
+    parser.add_argument("instance", help="instance JSON")
+    parser.add_argument("--out", required=True,
+                        help="scenario file to write: .json, or .csv for the CSV format")
+    parser.add_argument("--hours", type=number_arg(1e-3, MAX_HOURS), default=6.0)
+    parser.add_argument("--seed", type=integer_arg(0, 2**63 - 1), default=0)
+    parser.add_argument("--joins", type=integer_arg(0, 19), default=0,
+                        help="domains that join during the first half (absent before)")
+    parser.add_argument("--quiet", action="store_true", help="no report line")
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> int:
+    out = output_path(args.out, inputs=[args.instance], stdout=False)
+    instance = Instance.load(args.instance)
+    scenario = generate_scenario(instance, args.seed,
+                                 ScenarioSettings(hours=args.hours, joins=args.joins))
+    scenario.provenance["command"] = " ".join(["python -m instances.scenarios",
+                                               *sys.argv[1:]])
+    if out.suffix.lower() == ".csv":
+        write_atomic(out, lambda path: path.write_text(scenario.to_csv()))
+    else:
+        write_json(out, scenario.to_dict())
+    kinds = {kind: sum(e.kind is kind for e in scenario.events) for kind in EventKind}
+    print(f"{instance.name}: {len(scenario.events)} events over {args.hours:g} h ("
+          + ", ".join(f"{n} {kind}" for kind, n in kinds.items() if n) + f") -> {out}",
+          file=report_stream(out, args.quiet))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return run_cli(lambda: _generate(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
