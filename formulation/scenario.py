@@ -10,10 +10,11 @@ kind                meaning (``domain``, ``peer``, ``value``, ``duration_s``)
                     the link's next bandwidth event
 ``latency``         link ``domain`` -> ``peer``: latency = nominal x ``value`` (>= 1) for
                     ``duration_s`` (a spike), then nominal
-``load``            ``domain``: free GPUs = nominal free x ``value`` (>= 0, at most all its
-                    GPUs), until the domain's next load event (other tenants' load)
-``node_failure``    ``domain`` loses ``value`` GPUs (an integer >= 1) for ``duration_s``
-                    (its repair time)
+``load``            ``domain``: free GPUs = nominal free x ``value`` (>= 0; at most all its
+                    GPUs, so at most 1 where none is free at nominal), until the domain's
+                    next load event (other tenants' load)
+``node_failure``    ``domain`` has ``value`` fewer free GPUs (an integer >= 1: the failed
+                    nodes' GPUs) for ``duration_s`` (its repair time)
 ``domain_failure``  ``domain`` has no GPU for ``duration_s``
 ``domain_join``     ``domain`` has no GPU before ``time_s`` (new hardware joining)
 ==================  ===================================================================
@@ -25,11 +26,15 @@ Two formats hold the same scenario, so a measured trace can be replayed:
 
 * JSON: ``{"schema": "xdsched.scenario/1", "horizon_s": H, "events": [{"time_s": ..,
   "kind": .., "domain": .., ...}], "provenance": {...}}``;
-* CSV: a header ``time_s,kind,domain,peer,value,duration_s`` and one row per event (the
-  horizon is the last event's time unless a ``# horizon_s=H`` first line gives it).
+* CSV: a first line ``# horizon_s=H``, a header ``time_s,kind,domain,peer,value,duration_s``
+  and one row per event.
 
 :meth:`Scenario.to_trace` samples a scenario on a grid as the :class:`~formulation.trace.Trace`
-the event-level simulator and the robustness measures read.
+the event-level simulator and the robustness measures read: sample i stands for the interval
+[i dt, (i + 1) dt). A step change (bandwidth, load) holds from the first sample at or after
+its time; an event with a duration (latency spike, failure) and a domain's absence before it
+joins mark every interval they overlap (the worst state of the interval), so a spike shorter
+than dt is not lost.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from formulation.instance import Instance
-from formulation.schema import InputError, Reader, read_json, read_text
+from formulation.schema import InputError, Reader, check_number, read_json, read_text
 from formulation.trace import MAX_INTERVALS, Failure, Trace
 
 SCHEMA = "xdsched.scenario/1"
@@ -94,10 +99,10 @@ def _event(raw: dict[str, Any], where: str, instance: Instance, horizon_s: float
     """One event read from its fields (JSON object or CSV row) and checked against the
     instance; raises InputError naming ``where`` and the field."""
     r = Reader(raw, where)
-    k = instance.num_domains
+    size = instance.num_domains
     time_s = r.number("time_s", low=0, high=horizon_s)
     kind = EventKind(r.string("kind", choices=tuple(k.value for k in EventKind)))
-    domain = r.integer("domain", low=0, high=k - 1)
+    domain = r.integer("domain", low=0, high=size - 1)
     wants = {"peer": kind in LINK_KINDS, "value": kind in VALUE_KINDS,
              "duration_s": kind in TIMED_KINDS}
     for key, wanted in wants.items():
@@ -106,17 +111,15 @@ def _event(raw: dict[str, Any], where: str, instance: Instance, horizon_s: float
                              f"for a {kind} event")
     peer = value = duration = None
     if wants["peer"]:
-        peer = r.integer("peer", low=0, high=k - 1)
-        if peer == domain or instance.links.bandwidth_gbps[domain, peer] <= 0:
+        peer = r.integer("peer", low=0, high=size - 1)
+        if peer == domain:
             raise InputError(f"{r.path_of('peer')}: there is no link {domain} -> {peer}")
     if kind is EventKind.NODE_FAILURE:
         value = float(r.integer("value", low=1, high=instance.domains[domain].gpus))
     elif kind is EventKind.LATENCY:
         value = r.number("value", low=1)
     elif kind is EventKind.LOAD:
-        nominal = instance.domains[domain].free_gpus
-        most = instance.domains[domain].gpus / nominal if nominal else 1.0
-        value = r.number("value", low=0, high=most)
+        value = r.number("value", low=0, high=float(load_ceiling(instance)[domain]))
     elif kind is EventKind.BANDWIDTH:
         value = r.number("value", low=0, low_open=True)
     if wants["duration_s"]:
@@ -135,6 +138,14 @@ class Scenario:
 
     @staticmethod
     def from_dict(document: Any, instance: Instance, where: str = "scenario") -> Scenario:
+        try:
+            return Scenario._from_dict(document, instance, where)
+        except InputError as err:  # events name the file themselves; the top level does not
+            raise err if str(err).startswith(f"{where}:") else \
+                InputError(f"{where}: {err}") from None
+
+    @staticmethod
+    def _from_dict(document: Any, instance: Instance, where: str) -> Scenario:
         r = Reader(document, "")
         schema = r.string("schema")
         if schema != SCHEMA:
@@ -159,33 +170,34 @@ class Scenario:
 
     @staticmethod
     def from_csv(text: str, instance: Instance, where: str = "scenario") -> Scenario:
-        lines = text.splitlines()
-        horizon = None
-        if lines and lines[0].startswith("#"):
-            key, _, number = lines[0].lstrip("# ").partition("=")
-            try:
-                horizon = float(number) if key.strip() == "horizon_s" else None
-            except ValueError:
-                horizon = None
-            if horizon is None or not math.isfinite(horizon) or horizon <= 0:
-                raise InputError(f"{where} line 1: expected '# horizon_s=SECONDS' (> 0)")
-            lines = lines[1:]
-        reader = csv.DictReader(lines)
-        if tuple(reader.fieldnames or ()) != CSV_FIELDS:
-            raise InputError(f"{where}: the header must be {','.join(CSV_FIELDS)}")
-        rows = []
-        for number, row in enumerate(reader, start=2 + (horizon is not None)):
-            if None in row or any(v is None for v in row.values()):
-                raise InputError(f"{where} line {number}: expected {len(CSV_FIELDS)} fields")
-            rows.append((number, {key: _csv_value(key, text)
-                                  for key, text in row.items() if text != ""}))
-            if len(rows) > MAX_EVENTS:
+        first, _, body = text.partition("\n")
+        key, _, number = first.lstrip("# ").partition("=")
+        try:
+            horizon = float(number) if first.startswith("#") and key.strip() == "horizon_s" \
+                else math.nan
+        except ValueError:
+            horizon = math.nan
+        if not (math.isfinite(horizon) and horizon > 0):
+            raise InputError(f"{where} line 1: expected '# horizon_s=SECONDS' (> 0)")
+        reader = csv.reader(io.StringIO(body))
+        if tuple(next(reader, ())) != CSV_FIELDS:
+            raise InputError(f"{where} line 2: the header must be {','.join(CSV_FIELDS)}")
+        events = []
+        for cells in reader:
+            line = reader.line_num + 1  # the horizon line comes first
+            if not cells:
+                continue
+            if len(cells) != len(CSV_FIELDS):
+                raise InputError(f"{where} line {line}: expected {len(CSV_FIELDS)} fields, got "
+                                 f"{len(cells)}")
+            if len(events) >= MAX_EVENTS:
                 raise InputError(f"{where}: more than {MAX_EVENTS:,} events")
-        if horizon is None:
-            horizon = max((row.get("time_s", 0) for _, row in rows
-                           if isinstance(row.get("time_s"), float)), default=0.0) or 1.0
-        events = [_event(row, f"{where} line {number}", instance, horizon)
-                  for number, row in rows]
+            row = {key: _csv_value(key, cell) for key, cell in zip(CSV_FIELDS, cells,
+                                                                   strict=True) if cell != ""}
+            try:
+                events.append(_event(row, "", instance, horizon))
+            except InputError as err:
+                raise InputError(f"{where} line {line}: {err}") from None
         return Scenario.of(horizon, events)
 
     def to_csv(self) -> str:
@@ -209,45 +221,54 @@ class Scenario:
     # ---- the state over time --------------------------------------------------------------
 
     def to_trace(self, instance: Instance, interval_s: float) -> Trace:
-        """The scenario sampled at ``0, interval_s, 2 interval_s, ...`` up to its horizon:
-        each sample holds the state at its start time."""
-        length = int(math.ceil(self.horizon_s / interval_s))
+        """The scenario sampled every ``interval_s`` seconds up to its horizon (module doc)."""
+        dt = check_number(interval_s, "interval_s", low=0, low_open=True)
+        length = math.ceil(self.horizon_s / dt - 1e-9)  # 4.2 / 0.7 is 6.000000000000001
         if not 1 <= length <= MAX_INTERVALS:
-            raise InputError(f"interval_s={interval_s}: the horizon {self.horizon_s} s needs "
+            raise InputError(f"interval_s={dt:g}: the horizon {self.horizon_s:g} s needs "
                              f"1 to {MAX_INTERVALS:,} intervals, got {length}")
         k = instance.num_domains
-        times = np.arange(length) * interval_s
+
+        def first_at_or_after(t: float) -> int:  # a tolerance: 2.1 / 0.7 is 3.0000000000000004
+            return min(length, math.ceil(t / dt - 1e-9))
+
+        def overlapped(a: float, b: float) -> slice:  # intervals [i dt, (i+1) dt) meeting [a, b)
+            return slice(min(length, math.floor(a / dt + 1e-9)), first_at_or_after(b))
+
         bandwidth = np.ones((length, k, k))
         latency = np.ones((length, k, k))
         load = np.ones((length, k))
         lost = np.zeros((length, k))
         failures = []
-        nominal = instance.free_gpus.astype(float)
         for e in self.events:
-            since = times >= e.time_s
-            during = since & (times < e.end_s)
             if e.kind is EventKind.BANDWIDTH:
-                bandwidth[since, e.domain, e.peer] = e.value
-            elif e.kind is EventKind.LATENCY:
-                latency[during, e.domain, e.peer] = np.maximum(
-                    latency[during, e.domain, e.peer], e.value)
+                bandwidth[first_at_or_after(e.time_s):, e.domain, e.peer] = e.value
             elif e.kind is EventKind.LOAD:
-                load[since, e.domain] = e.value
+                load[first_at_or_after(e.time_s):, e.domain] = e.value
+            elif e.kind is EventKind.LATENCY:
+                window = overlapped(e.time_s, e.end_s)
+                latency[window, e.domain, e.peer] = np.maximum(
+                    latency[window, e.domain, e.peer], e.value)
             elif e.kind is EventKind.NODE_FAILURE:
-                lost[during, e.domain] += e.value
+                lost[overlapped(e.time_s, e.end_s), e.domain] += e.value
             else:  # down while failed, or before it joins
-                window = (e.time_s, e.end_s) if e.kind is EventKind.DOMAIN_FAILURE \
-                    else (0.0, e.time_s)
-                start, end = (int(i) for i in np.searchsorted(times, window))
-                if end > start:
-                    failures.append(Failure(e.domain, start, end))
-        gpus = np.array([d.gpus for d in instance.domains], dtype=float)
-        free = np.clip(np.minimum(nominal * load, gpus - lost), 0, None)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            factor = np.where(nominal > 0, free / np.where(nominal > 0, nominal, 1), 0.0)
-        return Trace(interval_s=float(interval_s), bandwidth_factor=bandwidth,
-                     latency_factor=latency, free_gpu_factor=factor,
-                     failures=tuple(failures))
+                window = overlapped(e.time_s, e.end_s) \
+                    if e.kind is EventKind.DOMAIN_FAILURE else overlapped(0.0, e.time_s)
+                if window.stop > window.start:
+                    failures.append(Failure(e.domain, window.start, window.stop))
+        nominal = instance.free_gpus.astype(float)
+        free = np.clip(nominal * load - lost, 0, None)
+        factor = np.divide(free, nominal, out=np.zeros_like(free), where=nominal > 0)
+        return Trace(interval_s=float(dt), bandwidth_factor=bandwidth, latency_factor=latency,
+                     free_gpu_factor=factor, failures=tuple(failures))
+
+
+def load_ceiling(instance: Instance) -> np.ndarray:
+    """Per domain, the largest load factor: all its GPUs free (1 where none is free at
+    nominal, whose factor has nothing to scale)."""
+    nominal = instance.free_gpus.astype(float)
+    gpus = np.array([d.gpus for d in instance.domains], dtype=float)
+    return np.divide(gpus, nominal, out=np.ones_like(gpus), where=nominal > 0)
 
 
 def _csv_value(key: str, text: str) -> Any:

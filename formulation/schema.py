@@ -239,7 +239,10 @@ def check_number(value: Any, field: str, *, low: float | None = None, high: floa
                  low_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"{field} must be a number, got {_kind(value)}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise InputError(f"{field} must be finite") from None
     if not math.isfinite(value):
         raise InputError(f"{field} must be finite")
     if low is not None and (value <= low if low_open else value < low):
@@ -274,7 +277,8 @@ def check_integer(value: Any, field: str, *, low: int | None = None,
         else:
             raise InputError(f"{field} must be an integer, got {_kind(value)}")
     if abs(value) > INTEGER_LIMIT:
-        raise InputError(f"{field} must be within +-2^53, got {value:.3g}")
+        shown = f"{value:.3g}" if abs(value) < 10 ** 300 else f"{len(str(abs(value)))} digits"
+        raise InputError(f"{field} must be within +-2^53, got {shown}")
     if low is not None and value < low:
         raise InputError(f"{field} must be >= {low}, got {value}")
     if high is not None and value > high:

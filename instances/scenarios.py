@@ -23,8 +23,16 @@ import numpy as np
 
 from formulation.instance import Instance
 from formulation.outputs import output_path, report_stream, write_atomic, write_json
-from formulation.scenario import Event, EventKind, Scenario
-from formulation.schema import CliParser, InputError, check_ranges, integer_arg, number_arg, run_cli
+from formulation.scenario import Event, EventKind, Scenario, load_ceiling
+from formulation.schema import (
+    SEED,
+    CliParser,
+    InputError,
+    check_ranges,
+    integer_arg,
+    number_arg,
+    run_cli,
+)
 from instances.traces import DECIMALS, _bounded_walk
 
 MAX_HOURS = 24 * 7
@@ -61,23 +69,24 @@ RANGES = {"hours": (1e-3, MAX_HOURS), "tick_s": (1.0, 86_400.0),
 
 
 def _arrivals(rng: np.random.Generator, rate_per_hour: float, horizon_s: float) -> list[float]:
-    """Poisson arrival times in (0, horizon)."""
+    """Poisson arrival times in (0, horizon), in milliseconds."""
     times, t = [], 0.0
     if rate_per_hour <= 0:
         return times
     while True:
         t += rng.exponential(3600.0 / rate_per_hour)
-        if t >= horizon_s:
+        if round(t, 3) >= horizon_s:
             return times
-        times.append(round(t, 3))
+        if round(t, 3) > 0:
+            times.append(round(t, 3))
 
 
 def _walk_events(rng: np.random.Generator, ticks: int, tick_s: float, swing: float,
                  targets: list[tuple[int, int | None]], kind: EventKind,
                  high: np.ndarray | None = None) -> list[Event]:
     """A reflected walk of a factor per target from 1 (tick 0 is nominal), one event per
-    later tick and target; link targets are (i, j) pairs, each walk given to both
-    directions that have a link."""
+    later tick and target, capped at ``high`` per target; a link target (i, j) gives its
+    walk to both directions."""
     walk = 1.0 + _bounded_walk(rng, ticks, (len(targets),), -swing, swing, swing / 4)
     walk = np.round(np.clip(walk, 1 - swing, 1 + swing), DECIMALS)
     if high is not None:
@@ -89,8 +98,8 @@ def _walk_events(rng: np.random.Generator, ticks: int, tick_s: float, swing: flo
             if peer is None:
                 events.append(Event(tick * tick_s, kind, domain, value=value))
             else:
-                events += [Event(tick * tick_s, kind, a, b, value) for a, b in
-                           ((domain, peer), (peer, domain)) if b is not None]
+                events += [Event(tick * tick_s, kind, domain, peer, value),
+                           Event(tick * tick_s, kind, peer, domain, value)]
     return events
 
 
@@ -105,17 +114,12 @@ def generate_scenario(instance: Instance, seed: int,
     ticks = max(1, math.ceil(horizon / settings.tick_s))  # every tick before the horizon
     bandwidth_rng, latency_rng, load_rng, node_rng, domain_rng, join_rng = \
         np.random.default_rng(seed).spawn(6)
-    links = instance.links.bandwidth_gbps
-    pairs = [(i, j) for i in range(k) for j in range(i + 1, k) if links[i, j] > 0]
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]  # every pair has a link
     events = _walk_events(bandwidth_rng, ticks, settings.tick_s, settings.bandwidth_swing,
-                          [(i, j) for i, j in pairs], EventKind.BANDWIDTH)
-    # a direction without a link (asymmetric instance) gets no event
-    events = [e for e in events if links[e.domain, e.peer] > 0]
-
-    free = instance.free_gpus.astype(float)
-    most = np.array([d.gpus for d in instance.domains]) / np.where(free > 0, free, 1)
+                          pairs, EventKind.BANDWIDTH)
     events += _walk_events(load_rng, ticks, settings.tick_s, settings.load_swing,
-                           [(d, None) for d in range(k)], EventKind.LOAD, high=most)
+                           [(d, None) for d in range(k)], EventKind.LOAD,
+                           high=np.floor(load_ceiling(instance) * 10**DECIMALS) / 10**DECIMALS)
 
     low_s, high_s = settings.spike_seconds
     for i, j in pairs:
@@ -123,8 +127,8 @@ def generate_scenario(instance: Instance, seed: int,
             factor = round(float(latency_rng.uniform(*settings.spike_factor)), DECIMALS)
             seconds = round(float(np.exp(latency_rng.uniform(np.log(low_s), np.log(high_s)))),
                             3)
-            events += [Event(t, EventKind.LATENCY, a, b, factor, seconds)
-                       for a, b in ((i, j), (j, i)) if links[a, b] > 0]
+            events += [Event(t, EventKind.LATENCY, i, j, factor, seconds),
+                       Event(t, EventKind.LATENCY, j, i, factor, seconds)]
 
     for domain in range(k):
         node = instance.gpu.gpus_per_node
@@ -138,8 +142,8 @@ def generate_scenario(instance: Instance, seed: int,
                                 duration_s=round(float(domain_rng.uniform(
                                     *settings.domain_repair_seconds)), 3)))
     joining = join_rng.choice(k, size=settings.joins, replace=False)
-    events += [Event(round(float(join_rng.uniform(0, horizon / 2)), 3), EventKind.DOMAIN_JOIN,
-                     int(d)) for d in sorted(joining)]
+    events += [Event(max(0.001, round(float(join_rng.uniform(0, horizon / 2)), 3)),
+                     EventKind.DOMAIN_JOIN, int(d)) for d in sorted(joining)]
     provenance = {"generator": "instances.scenarios.generate_scenario",
                   "instance": instance.name, "seed": seed,
                   "settings": {key: list(value) if isinstance(value, tuple) else value
@@ -155,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True,
                         help="scenario file to write: .json, or .csv for the CSV format")
     parser.add_argument("--hours", type=number_arg(1e-3, MAX_HOURS), default=6.0)
-    parser.add_argument("--seed", type=integer_arg(0, 2**63 - 1), default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--joins", type=integer_arg(0, 19), default=0,
                         help="domains that join during the first half (absent before)")
     parser.add_argument("--quiet", action="store_true", help="no report line")
@@ -163,6 +167,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    if not str(args.out).lower().endswith((".json", ".csv")):
+        raise InputError(f"--out {args.out!r}: name a .json or .csv file (the format)")
     out = output_path(args.out, inputs=[args.instance], stdout=False)
     instance = Instance.load(args.instance)
     scenario = generate_scenario(instance, args.seed,

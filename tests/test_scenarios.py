@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def test_the_sampled_trace_by_hand(hand_instance: Instance):
         Event(150.0, EventKind.BANDWIDTH, 0, 1, 1.1),
         Event(60.0, EventKind.LATENCY, 1, 2, 2.0, 100.0),  # samples 60 and 120 s
         Event(120.0, EventKind.LOAD, 0, value=1.5),  # 48 free
-        Event(180.0, EventKind.NODE_FAILURE, 0, value=24, duration_s=60.0),  # 64 - 24 < 48
+        Event(180.0, EventKind.NODE_FAILURE, 0, value=24, duration_s=60.0),  # 48 - 24 free
         Event(60.0, EventKind.DOMAIN_FAILURE, 2, duration_s=60.0),
         Event(120.0, EventKind.DOMAIN_JOIN, 1),
     ]
@@ -71,7 +72,7 @@ def test_the_sampled_trace_by_hand(hand_instance: Instance):
     assert trace.bandwidth_factor[:, 1, 0].tolist() == [1.0] * 5  # the other direction
     assert trace.latency_factor[:, 1, 2].tolist() == [1.0, 2.0, 2.0, 1.0, 1.0]
     free = np.array([trace.free_gpu_factor_at(i) for i in range(5)]) * [32, 16, 32]
-    assert free[:, 0].tolist() == [32, 32, 48, 40, 48]
+    assert free[:, 0].tolist() == [32, 32, 48, 24, 48]
     assert free[:, 1].tolist() == [0, 0, 16, 16, 16]
     assert free[:, 2].tolist() == [32, 0, 32, 32, 32]
 
@@ -109,8 +110,55 @@ def test_the_cli_writes_whole_files_and_refuses_bad_input(tmp_path: Path, write_
     assert loaded.horizon_s == 7200 and loaded.events
     for args, needle in (([instance, "--out", instance], "input of this run"),
                          ([instance, "--out", tmp_path / "x.json", "--joins", "4"], "joins"),
-                         ([tmp_path / "none.json", "--out", tmp_path / "y.json"], "none.json")):
+                         ([tmp_path / "none.json", "--out", tmp_path / "y.json"], "none.json"),
+                         ([instance, "--out", tmp_path / "z.txt"], ".json or .csv")):
         done = run_module("instances.scenarios", *args)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert needle in done.stderr
-    assert not (tmp_path / "x.json").exists() and not (tmp_path / "y.json").exists()
+    assert not any((tmp_path / name).exists() for name in ("x.json", "y.json", "z.txt"))
+
+
+def test_short_events_mark_the_interval_they_fall_in_and_boundaries_are_exact(
+        hand_instance: Instance):
+    events = [Event(70.0, EventKind.LATENCY, 0, 1, 3.0, 30.0),  # inside [60, 120)
+              Event(2.1, EventKind.BANDWIDTH, 1, 2, 0.9)]  # 2.1 / 0.7 = 3.0000000000000004
+    assert Scenario.of(180.0, events).to_trace(hand_instance, 60.0) \
+        .latency_factor[:, 0, 1].tolist() == [1.0, 3.0, 1.0]
+    fine = Scenario.of(4.2, events).to_trace(hand_instance, 0.7)
+    assert fine.bandwidth_factor[:, 1, 2].tolist() == [1.0, 1.0, 1.0, 0.9, 0.9, 0.9]
+    with pytest.raises(InputError, match="interval_s"):
+        Scenario.of(60.0, events).to_trace(hand_instance, 0.0)
+
+
+def test_a_domain_with_no_free_gpu_reads_back(generated: Instance, tmp_path: Path):
+    domains = (dataclasses.replace(generated.domains[0], free_gpus=0), *generated.domains[1:])
+    busy = generated.replace(domains=domains)
+    scenario = generate_scenario(busy, 0, ScenarioSettings(hours=3))
+    assert all(e.value <= 1.0 for e in scenario.events
+               if e.kind is EventKind.LOAD and e.domain == 0)
+    (tmp_path / "s.csv").write_text(scenario.to_csv())
+    assert Scenario.load(tmp_path / "s.csv", busy) == scenario
+
+
+@pytest.mark.parametrize(("document", "needle"), [
+    ({"schema": "xdsched.scenario/1", "horizon_s": -1, "events": []}, "horizon_s"),
+    ({"schema": "xdsched.scenario/1", "horizon_s": 10, "events": [], "x": 1}, "x is not"),
+    ({"schema": "xdsched.scenario/1", "horizon_s": 10 ** 400, "events": []}, "horizon_s"),
+    ({"schema": "xdsched.scenario/1", "horizon_s": 10,
+      "events": [{"time_s": 1, "kind": "load", "domain": 10 ** 400, "value": 1}]}, "domain"),
+    ([], "must be an object"),
+])
+def test_bad_json_names_the_file_in_one_line(hand_instance: Instance, document, needle: str):
+    with pytest.raises(InputError) as caught:
+        Scenario.from_dict(document, hand_instance, "s.json")
+    message = str(caught.value)
+    assert message.startswith("s.json: ") and needle in message and "\n" not in message
+
+
+def test_csv_line_numbers_count_blank_lines_and_a_horizon_is_required(hand_instance: Instance):
+    text = "# horizon_s=100\ntime_s,kind,domain,peer,value,duration_s\n\n1,load,0,,1.0,\n\n" \
+           "2,load,9,,1.0,\n"
+    with pytest.raises(InputError, match="line 6: domain"):
+        Scenario.from_csv(text, hand_instance, "s.csv")
+    with pytest.raises(InputError, match="line 1: expected '# horizon_s"):
+        Scenario.from_csv("time_s,kind,domain,peer,value,duration_s\n", hand_instance, "s.csv")
