@@ -17,6 +17,9 @@ Files are written beside their destination and renamed over it (:func:`write_ato
 a reader sees the old file or the new one, never half of one. A results directory is
 written as a fresh sibling and swapped in whole at the end (:class:`ResultsDirectory`);
 while one run writes it, a second run into the same directory is refused.
+
+Every result records how it was made: :func:`command_line` and :func:`versions` give its
+provenance's command and package versions.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import platform
 import shutil
 import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
+from importlib import metadata
 from pathlib import Path
 
 from formulation.schema import InputError, dumps
@@ -300,3 +305,19 @@ def _alive(pid: int) -> bool:
             return True
         return True
     return False
+
+
+def versions() -> dict[str, str]:
+    """Versions of the interpreter and the packages that shape a result."""
+    out = {"python": platform.python_version()}
+    for package in ("xdsched", "numpy", "pyomo", "highspy", "ortools", "moocore", "pymoo"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def command_line(module: str) -> str:
+    """The command that is running, as a user would type it."""
+    return " ".join(["python -m", module, *sys.argv[1:]])

@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from formulation.instance import Instance
-from formulation.outputs import output_path, report_stream, write_atomic, write_json
+from formulation.outputs import (
+    command_line,
+    output_path,
+    report_stream,
+    versions,
+    write_atomic,
+    write_json,
+)
 from formulation.scenario import Event, EventKind, Scenario, load_ceiling
 from formulation.schema import (
     SEED,
@@ -148,7 +154,7 @@ def generate_scenario(instance: Instance, seed: int,
                   "instance": instance.name, "seed": seed,
                   "settings": {key: list(value) if isinstance(value, tuple) else value
                                for key, value in asdict(settings).items()},
-                  "versions": {"python": platform.python_version(), "numpy": np.__version__}}
+                  "versions": versions()}
     return Scenario.of(horizon, events, provenance)
 
 
@@ -173,8 +179,7 @@ def _generate(args: argparse.Namespace) -> int:
     instance = Instance.load(args.instance)
     scenario = generate_scenario(instance, args.seed,
                                  ScenarioSettings(hours=args.hours, joins=args.joins))
-    scenario.provenance["command"] = " ".join(["python -m instances.scenarios",
-                                               *sys.argv[1:]])
+    scenario.provenance["command"] = command_line("instances.scenarios")
     if out.suffix.lower() == ".csv":
         write_atomic(out, lambda path: path.write_text(scenario.to_csv()))
     else:

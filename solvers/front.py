@@ -17,11 +17,8 @@ and every point's stored objectives are what its plan evaluates to.
 
 from __future__ import annotations
 
-import platform
 import re
-import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +28,7 @@ import numpy as np
 from formulation.evaluator import OBJECTIVES
 from formulation.families import AnyPlan, plan_from_dict, score
 from formulation.instance import Instance
-from formulation.outputs import write_json
+from formulation.outputs import command_line, versions, write_json  # noqa: F401 (re-exported)
 from formulation.schema import InputError, Reader, check_number, read_json
 
 FRONT_SCHEMA = "xdsched.front/3"
@@ -288,22 +285,6 @@ def _check_box(normalisation: dict, objectives: np.ndarray) -> None:
                                 or objectives[:, j].max() > nadir[j] + slack[j]):
             raise InputError(f"normalisation: the points' {name} lie outside "
                              "[ideal, nadir]")
-
-
-def versions() -> dict[str, str]:
-    """Versions of the interpreter and the packages that shape a result."""
-    out = {"python": platform.python_version()}
-    for package in ("xdsched", "numpy", "pyomo", "highspy", "ortools", "moocore", "pymoo"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def command_line(module: str) -> str:
-    """The command that is running, as a user would type it."""
-    return " ".join(["python -m", module, *sys.argv[1:]])
 
 
 def fronts_agree(a: Front, b: Front, rtol: float = 1e-6) -> bool:
