@@ -350,6 +350,13 @@ class Instance:
         return len(self.domains)
 
     @functools.cached_property
+    def domain_gpus(self) -> np.ndarray:
+        """(K,) int64, read-only: each domain's GPUs, free or not."""
+        gpus = np.array([d.gpus for d in self.domains], dtype=np.int64)
+        gpus.flags.writeable = False
+        return gpus
+
+    @functools.cached_property
     def free_gpus(self) -> np.ndarray:
         """(K,) int64, read-only: each domain's free GPUs (computed once: the evaluators
         read it on every plan)."""

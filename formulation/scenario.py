@@ -139,23 +139,22 @@ class Scenario:
     @staticmethod
     def from_dict(document: Any, instance: Instance, where: str = "scenario") -> Scenario:
         try:
-            return Scenario._from_dict(document, instance, where)
-        except InputError as err:  # events name the file themselves; the top level does not
-            raise err if str(err).startswith(f"{where}:") else \
-                InputError(f"{where}: {err}") from None
+            return Scenario._from_dict(document, instance)
+        except InputError as err:
+            raise InputError(f"{where}: {err}") from None
 
     @staticmethod
-    def _from_dict(document: Any, instance: Instance, where: str) -> Scenario:
+    def _from_dict(document: Any, instance: Instance) -> Scenario:
         r = Reader(document, "")
         schema = r.string("schema")
         if schema != SCHEMA:
-            raise InputError(f"{where}: schema must be {SCHEMA!r}, got {schema!r}")
+            raise InputError(f"schema must be {SCHEMA!r}, got {schema!r}")
         horizon = r.number("horizon_s", low=0, low_open=True)
-        events = r.items("events", lambda raw, path: _event(raw, f"{where}: {path}", instance,
-                                                              horizon), max_len=MAX_EVENTS)
+        events = r.items("events", lambda raw, path: _event(raw, path, instance, horizon),
+                         max_len=MAX_EVENTS)
         provenance = r.raw("provenance", {})
         if not isinstance(provenance, dict):
-            raise InputError(f"{where}: provenance must be an object")
+            raise InputError("provenance must be an object")
         r.finish()
         return Scenario.of(horizon, events, provenance)
 
@@ -267,7 +266,7 @@ def load_ceiling(instance: Instance) -> np.ndarray:
     """Per domain, the largest load factor: all its GPUs free (1 where none is free at
     nominal, whose factor has nothing to scale)."""
     nominal = instance.free_gpus.astype(float)
-    gpus = np.array([d.gpus for d in instance.domains], dtype=float)
+    gpus = instance.domain_gpus.astype(float)
     return np.divide(gpus, nominal, out=np.ones_like(gpus), where=nominal > 0)
 
 

@@ -39,7 +39,7 @@ from formulation.schema import (
     number_arg,
     run_cli,
 )
-from instances.traces import DECIMALS, _bounded_walk
+from instances.traces import DECIMALS, factor_walk
 
 MAX_HOURS = 24 * 7
 
@@ -81,10 +81,11 @@ def _arrivals(rng: np.random.Generator, rate_per_hour: float, horizon_s: float) 
         return times
     while True:
         t += rng.exponential(3600.0 / rate_per_hour)
-        if round(t, 3) >= horizon_s:
+        stamp = round(t, 3)
+        if stamp >= horizon_s:
             return times
-        if round(t, 3) > 0:
-            times.append(round(t, 3))
+        if stamp > 0:
+            times.append(stamp)
 
 
 def _walk_events(rng: np.random.Generator, ticks: int, tick_s: float, swing: float,
@@ -93,8 +94,7 @@ def _walk_events(rng: np.random.Generator, ticks: int, tick_s: float, swing: flo
     """A reflected walk of a factor per target from 1 (tick 0 is nominal), one event per
     later tick and target, capped at ``high`` per target; a link target (i, j) gives its
     walk to both directions."""
-    walk = 1.0 + _bounded_walk(rng, ticks, (len(targets),), -swing, swing, swing / 4)
-    walk = np.round(np.clip(walk, 1 - swing, 1 + swing), DECIMALS)
+    walk = factor_walk(rng, ticks, (len(targets),), swing)
     if high is not None:
         walk = np.minimum(walk, high[None, :])
     events = []
@@ -136,8 +136,8 @@ def generate_scenario(instance: Instance, seed: int,
             events += [Event(t, EventKind.LATENCY, i, j, factor, seconds),
                        Event(t, EventKind.LATENCY, j, i, factor, seconds)]
 
+    node = instance.gpu.gpus_per_node
     for domain in range(k):
-        node = instance.gpu.gpus_per_node
         for t in _arrivals(node_rng, settings.node_failures_per_domain_hour, horizon):
             lost = float(min(node, instance.domains[domain].gpus))
             events.append(Event(t, EventKind.NODE_FAILURE, domain, value=lost,

@@ -16,8 +16,7 @@ from formulation.trace import Failure, Trace
 LATENCY_SPIKE_PROBABILITY = 0.03  # per link and interval, when the link is not already spiking
 LATENCY_SPIKE_FACTOR = 1.5  # SPEC section 6: spikes of +50 %
 LATENCY_SPIKE_INTERVALS = (1, 3)  # duration, inclusive
-FREE_GPU_BOUNDS = (0.8, 1.2)  # SPEC section 6: +-20 % background load
-FREE_GPU_STEP_STD = 0.05
+FREE_GPU_SWING = 0.2  # SPEC section 6: +-20 % background load
 FAILURE_PROBABILITY = 0.3  # per trace: one domain goes down once
 FAILURE_INTERVALS = (1, 4)  # duration, inclusive
 DECIMALS = 4  # what Trace.to_dict keeps; rounding here makes the object equal its JSON
@@ -33,6 +32,14 @@ def _bounded_walk(rng: np.random.Generator, length: int, shape: tuple[int, ...],
         x = np.where(x < low, 2 * low - x, x)
         walk[t] = np.clip(x, low, high)
     return walk
+
+
+def factor_walk(rng: np.random.Generator, length: int, shape: tuple[int, ...],
+                swing: float) -> np.ndarray:
+    """A factor that walks from 1 within [1 - swing, 1 + swing] (reflected, normal steps of
+    std swing / 4), rounded to DECIMALS."""
+    walk = _bounded_walk(rng, length, shape, -swing, swing, swing / 4)
+    return np.clip(np.round(1.0 + walk, DECIMALS), 1 - swing, 1 + swing)
 
 
 def _mirror_upper(series: np.ndarray, diagonal: float) -> np.ndarray:
@@ -88,15 +95,12 @@ def generate_trace(rng: np.random.Generator, links_bandwidth: np.ndarray, num_do
     bandwidth_rng, latency_rng, load_rng, failure_rng = rng.spawn(4)
     k = num_domains
 
-    drift = _bounded_walk(bandwidth_rng, length, (k, k), -eps, eps, eps / 4)
-    bandwidth = np.clip(np.round(1.0 + _mirror_upper(drift, 0.0), DECIMALS), 1 - eps, 1 + eps)
+    bandwidth = _mirror_upper(factor_walk(bandwidth_rng, length, (k, k), eps), 1.0)
     bandwidth[:, links_bandwidth <= 0] = 1.0
 
     latency = _mirror_upper(_latency_spikes(latency_rng, length, k), 1.0)
 
-    load = _bounded_walk(load_rng, length, (k,), FREE_GPU_BOUNDS[0] - 1.0,
-                         FREE_GPU_BOUNDS[1] - 1.0, FREE_GPU_STEP_STD)
-    free = np.clip(np.round(1.0 + load, DECIMALS), *FREE_GPU_BOUNDS)
+    free = factor_walk(load_rng, length, (k,), FREE_GPU_SWING)
 
     return Trace(interval_s=float(interval_s), bandwidth_factor=bandwidth,
                  latency_factor=latency, free_gpu_factor=free,

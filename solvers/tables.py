@@ -194,7 +194,7 @@ def all_pair_tables(instance: Instance, interleaved: bool = False) -> list[PairT
 def full_capacity(instance: Instance) -> Instance:
     """The instance with every GPU free: its pair tables hold the options and caps of every
     load state (a load change only changes ``free_gpus``, :func:`with_free_gpus`)."""
-    return instance.with_link_state(free_gpus=np.array([d.gpus for d in instance.domains]))
+    return instance.with_link_state(free_gpus=instance.domain_gpus)
 
 
 def with_free_gpus(tables: PairTables, free: np.ndarray) -> PairTables:

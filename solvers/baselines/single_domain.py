@@ -172,7 +172,7 @@ class UniformPlans:
 def uniform_plans(instance: Instance, tables: list[PairTables] | None = None) -> UniformPlans:
     """The :class:`UniformPlans` of ``instance``, for every load state (module doc);
     ``tables``: its pairs' tables at :func:`~solvers.tables.full_capacity`, if built."""
-    total = np.array([d.gpus for d in instance.domains])
+    total = instance.domain_gpus
     roomy = full_capacity(instance)
     keys = [(d.intra_bandwidth_gbps, d.intra_latency_ms) for d in instance.domains]
     classes = list(dict.fromkeys(keys))
