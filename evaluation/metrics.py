@@ -178,16 +178,16 @@ class Dominance(Indicator):
         return c_metric(method, ref) if self.method_dominates else c_metric(ref, method)
 
 
-EPS_LEVELS = (0.0, 0.01, 0.02, 0.05)  # the coverage levels every table reports
-INDICATORS: tuple[Indicator, ...] = (
-    *(Coverage(eps) for eps in EPS_LEVELS), HypervolumeRatio(), IgdPlus(), EpsilonAdditive(),
-    EpsilonMultiplicative(), Dominance(True), Dominance(False))
-"""The indicators every unit records and every quality table shows, in column order."""
-
 hypervolume_ratio = HypervolumeRatio()
 igd_plus = IgdPlus()
 epsilon_additive = EpsilonAdditive()
 epsilon_multiplicative = EpsilonMultiplicative()
+
+EPS_LEVELS = (0.0, 0.01, 0.02, 0.05)  # the coverage levels every table reports
+INDICATORS: tuple[Indicator, ...] = (
+    *(Coverage(eps) for eps in EPS_LEVELS), hypervolume_ratio, igd_plus, epsilon_additive,
+    epsilon_multiplicative, Dominance(True), Dominance(False))
+"""The indicators every unit records and every quality table shows, in column order."""
 
 
 def coverage(objectives: np.ndarray, reference: ReferenceSet, eps: float) -> float:

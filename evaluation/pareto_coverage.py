@@ -164,7 +164,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     not_available = unavailable_methods(options)
     names = _check(args, not_available)
-    missing = [n for n in names if n in not_available]
+    missing = {n: not_available[n] for n in names if n in not_available}  # name: why
     methods = [n for n in names if n not in not_available]
     option_inputs = [path for o in options.values() for path in o.inputs()]
     asked = Path(args.suite)  # a directory given by path: checked before it is read
@@ -186,8 +186,8 @@ def evaluate_suite(args: argparse.Namespace) -> int:
             raise InputError(f"front {str(front_path)!r}: a reference front needs at least "
                              "one point")
         documents.append((read_json(instance_path, "instance"), read_json(front_path, "front")))
-    for name in missing:
-        print(f"note: {name} not scored: {not_available[name]}", file=sys.stderr)
+    for name, why in missing.items():
+        print(f"note: {name} not scored: {why}", file=sys.stderr)
 
     settings = EvaluationSettings(preferences=tuple(suite_preferences(suite_dir)),
                                   repeats=args.repeats, target_gap=args.target_gap,
@@ -201,8 +201,7 @@ def evaluate_suite(args: argparse.Namespace) -> int:
              for seed in range(seeds(method))]
     # the results appear whole or not at all; a second run into --out meanwhile is refused
     with ResultsDirectory(out, RESULTS_NAMES) as staging:
-        _evaluate(units, args, settings, methods, {n: not_available[n] for n in missing},
-                  started, staging)
+        _evaluate(units, args, settings, methods, missing, started, staging)
     print(f"{len(units)} units in {round(time.perf_counter() - started, 1)} s -> "
           f"{out}/report.md", file=sys.stderr)
     return 0
