@@ -164,8 +164,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("instance", help="instance JSON")
     parser.add_argument("--out", required=True,
                         help="scenario file to write: .json, or .csv for the CSV format")
-    parser.add_argument("--hours", type=number_arg(1e-3, MAX_HOURS), default=6.0)
-    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--hours", type=number_arg(1e-3, MAX_HOURS), default=6.0,
+                        help="length of the run the events cover (default 6)")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="one seed of the draws (default 0): the same seed, the same "
+                        "bytes")
     parser.add_argument("--joins", type=integer_arg(0, 19), default=0,
                         help="domains that join during the first half (absent before)")
     parser.add_argument("--quiet", action="store_true", help="no report line")

@@ -289,10 +289,14 @@ def update(policy: HiPPOPolicy, optimizers: tuple, rollout: Rollout, config: HiP
     return stats
 
 
-def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list,
-                    multipliers: Multipliers) -> dict[str, float]:
-    """Mean reward and feasible share of the greedy policy's plans on fixed tasks."""
-    rewards, feasible = [], []
+def greedy_outcomes(policy: HiPPOPolicy, env: PlanEnv, tasks: list,
+                    multipliers: Multipliers | None = None) -> list[dict]:
+    """The greedy policy's plan on each task: its reward (the objectives' reward, no
+    penalty), its value under ``multipliers`` (reward less the soft constraints'
+    penalties; none: no penalty), whether it exceeds a soft constraint, its budget bucket
+    and whether it is feasible."""
+    multipliers = Multipliers() if multipliers is None else multipliers
+    outcomes = []
     for task in tasks:
         observation, _ = env.reset(options={"instance": task.instance,
                                             "weights": task.weights,
@@ -301,12 +305,38 @@ def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list,
         while True:
             with torch.no_grad():
                 action, *_ = policy.act(as_tensors(observation), deterministic=True)
-            observation, reward, terminated, truncated, info = env.step(int(action))
+            observation, value, terminated, truncated, info = env.step(int(action))
             if terminated or truncated:
-                rewards.append(reward)
-                feasible.append(bool(info.get("feasible", False)))
+                outcomes.append({
+                    "reward": float(info.get("reward_terms", value)), "lagrangian": value,
+                    "violates": bool(np.any(np.asarray(info.get("constraints", 0.0)) > 0)),
+                    "bucket": int(info.get("bucket", 0)),
+                    "feasible": bool(info.get("feasible", False))})
                 break
-    return {"eval_reward": float(np.mean(rewards)), "eval_feasible": float(np.mean(feasible))}
+    return outcomes
+
+
+def evaluate_greedy(policy: HiPPOPolicy, env: PlanEnv, tasks: list,
+                    multipliers: Multipliers) -> dict[str, float]:
+    """The greedy policy on fixed tasks: mean reward (without penalties, so that runs and
+    iterations compare: the multipliers change as training goes), the share of plans over
+    a soft constraint, the mean Lagrangian under the trainer's current ``multipliers`` (what
+    PPO maximises) and the feasible share."""
+    outcomes = greedy_outcomes(policy, env, tasks, multipliers)
+    return {"eval_reward": float(np.mean([o["reward"] for o in outcomes])),
+            "eval_violation": float(np.mean([o["violates"] for o in outcomes])),
+            "eval_lagrangian": float(np.mean([o["lagrangian"] for o in outcomes])),
+            "eval_feasible": float(np.mean([o["feasible"] for o in outcomes]))}
+
+
+def validation_tasks(config: HiPPOConfig, env: PlanEnv, count: int) -> list:
+    """The first ``count`` validation tasks of a run of ``config``: drawn from a pool seeded
+    apart from the training pool (``tasks.seed + 1``), the draws seeded ``seed + 1``; the
+    training's own evaluation uses the first ``eval_tasks`` of them."""
+    settings = TaskSettings(**config.tasks)
+    pool = TaskSampler(dataclasses.replace(settings, seed=settings.seed + 1))
+    rng = np.random.default_rng(config.seed + 1)
+    return [env.draw(pool, rng) for _ in range(count)]
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
@@ -325,9 +355,7 @@ def train(config: HiPPOConfig, out: Path, resume: bool = False,
                   torch.optim.Adam(lower, lr=config.learning_rate, eps=1e-5))
     settings = TaskSettings(**config.tasks)
     env = PlanEnv(tasks=TaskSampler(settings))
-    validation = TaskSampler(dataclasses.replace(settings, seed=settings.seed + 1))
-    eval_rng = np.random.default_rng(config.seed + 1)
-    eval_tasks = [env.draw(validation, eval_rng) for _ in range(config.eval_tasks)]
+    eval_tasks = validation_tasks(config, env, config.eval_tasks)
 
     start, curve, wall, cloned = 0, [], 0.0, None
     multipliers = Multipliers()  # the trainer's: raised by dual ascent, passed to the env

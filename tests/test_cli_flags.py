@@ -16,9 +16,10 @@ import pytest
 COMMANDS = ["instances.generate", "instances.sample", "instances.suites",
             "formulation.evaluate", "solvers.exact", "solvers.bruteforce", "solvers.nsga2",
             "solvers.baselines", "rl.decide", "rl.train", "evaluation.pareto_coverage",
-            "formulation.calibration"]
+            "formulation.calibration", "rl.validate", "instances.scenarios"]
 # their output is their only print
-REPORTING = set(COMMANDS) - {"formulation.evaluate", "formulation.calibration"}
+REPORTING = set(COMMANDS) - {"formulation.evaluate", "formulation.calibration",
+                             "rl.validate"}
 RETIRED = {"--jobs", "--threads-per-job", "--processes", "--verbose-level"}
 
 
