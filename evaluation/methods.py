@@ -2,9 +2,11 @@
 
 A :class:`Method` states its name and description, whether its result depends on the seed,
 its options (a frozen dataclass that also declares the command-line flags that set them),
-whether it can re-plan a changed instance online, and why it cannot run where that is the
-case. The evaluation, its CLI and its report read :data:`METHODS` and nothing else: a new
-method is one :func:`register` call in this file.
+why it cannot run where that is the case, and how it re-plans a changed instance state
+online (:attr:`Method.replan`: one decision for least step time, and the decision time an
+online run charges for it). The static and the online evaluations, their CLIs and reports
+read :data:`METHODS` and nothing else: a new method is one :func:`register` call in this
+file.
 
 A method turns one instance state into its plans: a *decision* is one call, and its
 wall time is the method's decision latency (a whole front for NSGA-II and the baselines).
@@ -12,7 +14,8 @@ Each run returns a :class:`MethodRun`: the front of its feasible plans (scored b
 evaluator), how many plans it returned and how many were feasible, and for anytime methods
 the hypervolume it had reached over time.
 
-``exact`` is the reference itself (the committed exact front; no run). ``hippo`` is the
+``exact`` is the reference itself (the committed exact front; no run; online, the exact
+engine's least step time of each state within a time limit). ``hippo`` is the
 learned scheduler (:mod:`rl.decide`), scored with the shipped checkpoint or ``--checkpoint``;
 where neither exists, or the package ``rl`` is missing, the evaluation reports it as not
 scored instead of scoring it.
@@ -31,6 +34,7 @@ from typing import Any
 
 from formulation.families import score
 from formulation.instance import Instance
+from formulation.plan import Plan
 from formulation.schema import InputError, integer_arg, number_arg
 from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import GaSettings, baseline_front
@@ -86,14 +90,31 @@ class Method:
     """Its options' class; ``options_type()`` gives the defaults."""
     seeded: bool | Callable[[Any], bool] = False
     """Whether different seeds give different results (given its options, if callable)."""
-    replans: bool = False
-    """Whether it can plan a changed instance state from scratch, as a re-planning policy
-    needs (issue 17's online evaluation); the reference front and DiLoCo cannot."""
     unavailable: Callable[[Any], str | None] = lambda options: None
     """Why it cannot run with these options, or None."""
+    replan: Callable[[Instance, int, Any], Plan | None] | None = None
+    """One decision for a changed instance state, as a re-planning policy asks it (issue 17's
+    online evaluation): (instance state, seed, options) -> its plan of least step time in
+    that state, or None where it finds none. None: the method cannot re-plan (DiLoCo: its
+    plans change the optimiser)."""
+    prepare: Callable[[Any], None] = lambda options: None
+    """Loads what its decisions need (Hi-PPO: the checkpoint), so that a decision's measured
+    time is the decision's own."""
+    decision_bound_s: float | Callable[[Any], float] = 1.0
+    """The time an online run charges for one of its re-planning decisions (given its
+    options, if callable): a bound it is held to, so that a run does not depend on the
+    machine; its measured times are reported apart."""
 
     def is_seeded(self, options: Any) -> bool:
         return self.seeded(options) if callable(self.seeded) else self.seeded
+
+    @property
+    def replans(self) -> bool:
+        return self.replan is not None
+
+    def bound_s(self, options: Any) -> float:
+        bound = self.decision_bound_s
+        return float(bound(options) if callable(bound) else bound)
 
     @property
     def is_reference(self) -> bool:
@@ -298,13 +319,91 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: H
     return MethodRun(front, len(plans), feasible, decision_latencies=latencies)
 
 
+# ---- one re-planning decision -------------------------------------------------------------
+
+def fastest(front: Front) -> Plan | None:
+    """The plan of least step time of a front (then fewest GPUs, least cost)."""
+    if not front.points:
+        return None
+    return min(front.points, key=lambda point: point.objectives).plan
+
+
+EXACT_REPLAN_LIMIT_S = 5.0  # the exact planner's time limit per online decision
+
+
+def _exact_replan(instance: Instance, seed: int, options: MethodOptions) -> Plan | None:
+    """The certified least step time of the state, within ``EXACT_REPLAN_LIMIT_S`` (past
+    it, the best plan found: then the answer depends on the machine's speed, and the online
+    report counts such decisions); seeded by the fast baselines' plans."""
+    from solvers.engine import NO_CAP, OutOfTime
+    from solvers.epsilon import PairPool
+    from solvers.exact import ExactSettings, add_known, certifiers, seed_plans
+
+    deadline = time.perf_counter() + EXACT_REPLAN_LIMIT_S
+    pool = PairPool(certifiers(instance, ExactSettings(threads=1)), deadline)
+    seeds = seed_plans(instance, "fast")
+    add_known(pool, instance, seeds)
+    budget = instance.constraints.cost_budget
+    cap = NO_CAP if budget is None else budget
+    try:
+        found = pool.min_step(NO_CAP, cap)
+        return None if found is None else found.plan
+    except OutOfTime:  # the best plan the solves and the seeds have found
+        best = pool.incumbent(NO_CAP, cap)
+        return None if best is None else best[0]
+
+
+def _nsga2_replan(instance: Instance, seed: int, options: Nsga2Options) -> Plan | None:
+    return fastest(nsga2_front(instance, options.settings(seed)))
+
+
+def _baseline_replan(name: str, genetic: bool) -> Callable[..., Plan | None]:
+    def replan(instance: Instance, seed: int, options: MethodOptions) -> Plan | None:
+        extra = {"settings": GaSettings(seed=seed)} if genetic else {}
+        return fastest(baseline_front(instance, name, **extra))
+    return replan
+
+
+def _hippo_scheduler(options: HippoOptions):
+    """The loaded policy of the options' checkpoint (one per checkpoint and process)."""
+    from rl.decide import DEFAULT_CHECKPOINT, Scheduler
+
+    checkpoint = options.checkpoint or str(DEFAULT_CHECKPOINT)
+    scheduler = _SCHEDULERS.get(checkpoint)
+    if scheduler is None:
+        scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
+    return scheduler
+
+
+def _hippo_replan(instance: Instance, seed: int, options: HippoOptions) -> Plan | None:
+    """One Hi-PPO decision for least step time (preference (1, 0, 0), no budgets), the
+    lower level without a time limit so that it does not depend on the machine."""
+    from formulation.evaluator import evaluate_plans
+    from rl.decide import DecisionSettings
+
+    scheduler = _hippo_scheduler(options)
+    settings = DecisionSettings(**{**options.decision_settings(), "seed": seed,
+                                   "lower_time": None})
+    plans = [plan for plan, _ in scheduler.plans(instance, (1.0, 0.0, 0.0),
+                                                 settings=settings)]
+    if not plans:
+        return None
+    result = evaluate_plans(instance, plans)
+    order = sorted(range(len(plans)), key=lambda i: (result.step_time_s[i],
+                                                     result.gpus[i], result.comm_cost[i]))
+    return next((plans[i] for i in order if result.admissible[i]), None)
+
+
 # ---- the registry -------------------------------------------------------------------------
 
 # The committed exact front, scored like a method so that every table shows what the ground
 # truth achieves; its latency is the solver wall time in the front's provenance.
-register(Method(REFERENCE, "the committed exact front (reference)", None))
+# Online, the reference re-plans as the exact engine's least step time of each state.
+register(Method(REFERENCE, "the committed exact front (reference); online: the certified "
+                f"least step time of each state within {EXACT_REPLAN_LIMIT_S:g} s", None,
+                replan=_exact_replan, decision_bound_s=EXACT_REPLAN_LIMIT_S))
 register(Method("nsga2", "NSGA-II with repair (solvers.nsga2)", _nsga2, Nsga2Options,
-                seeded=True, replans=True))
+                seeded=True, replan=_nsga2_replan, decision_bound_s=10.0))
 _BASELINES = {  # name: (description, a GA seeded per unit, can re-plan)
     "single-domain": ("best plan inside one domain", False, True),
     "oblivious": ("network-oblivious static chain", False, True),
@@ -318,7 +417,7 @@ _BASELINES = {  # name: (description, a GA seeded per unit, can re-plan)
 assert set(_BASELINES) == set(BASELINES), "every baseline of solvers.baselines is declared"
 for _name, (_description, _seeded, _replans) in _BASELINES.items():
     register(Method(_name, _description, _baseline(_name, genetic=_seeded), seeded=_seeded,
-                    replans=_replans))
+                    replan=_baseline_replan(_name, _seeded) if _replans else None))
 register(Method(
     "hippo",
     "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets at each "
@@ -328,8 +427,8 @@ register(Method(
     "policy's own plan where the lower level finds none or runs out of time (always with "
     "--hippo-policy-plan); --hippo-samples adds sampled plans, --hippo-polish their "
     "local-search optima",
-    _hippo, HippoOptions, seeded=lambda options: options.samples > 0, replans=True,
-    unavailable=_hippo_unavailable))
+    _hippo, HippoOptions, seeded=lambda options: options.samples > 0,
+    unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler))
 
 ALL_METHODS = list(METHODS)
 

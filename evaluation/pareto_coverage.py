@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -49,7 +48,7 @@ from evaluation.report import (
     time_table,
     write_frame,
 )
-from evaluation.runner import run_units
+from evaluation.runner import add_where_arguments, run_units
 from evaluation.summary import kpi_frame, method_frame, preference_frame, units_frame
 from evaluation.units import EvaluationSettings, WorkUnit
 from formulation.instance import Instance
@@ -61,7 +60,6 @@ from formulation.outputs import (
     write_json,
 )
 from formulation.schema import (
-    MAX_WORKERS,
     CliParser,
     InputError,
     integer_arg,
@@ -117,14 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", default="quick", help="quick, bench, full or a directory")
     parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
                         help=f"methods to score (default: all of {', '.join(ALL_METHODS)})")
-    parser.add_argument("--out", type=str, default="results",
-                        help="results directory, swapped in whole at the end (default "
-                             "results/; its parent must exist)")
-    parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS),
-                        default=min(os.cpu_count() or 1, MAX_WORKERS),
-                        help="local worker processes (default: one per CPU)")
-    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                        help="run the units on this Dask scheduler instead")
+    add_where_arguments(parser, "results")
     parser.add_argument("--seeds", type=integer_arg(1, 1000), default=3,
                         help="a count: each seeded method runs with seeds 0..N-1 (default 3)")
     parser.add_argument("--repeats", type=integer_arg(0, 10_000), default=3,

@@ -5,7 +5,8 @@
   (step_time_s, gpus, comm_cost);
 * ``coverage_vs_eps.png``: mean coverage over instances against the tolerance eps;
 * ``latency_vs_quality.png``: mean hypervolume ratio against decision time per method,
-  with the anytime curve of every anytime method and the exact solver at its wall time.
+  with the anytime curve of every anytime method and the exact solver at its wall time;
+* ``timeline-<instance>.png`` (the online evaluation): throughput over time per policy.
 """
 
 from __future__ import annotations
@@ -126,5 +127,30 @@ def latency_plot(records: list[dict], directory: Path) -> Path:
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     path = directory / "latency_vs_quality.png"
+    _save(figure, path)
+    return path
+
+
+def timeline_plot(result: dict, directory: Path) -> Path:
+    """``timeline-<instance>.png``: throughput over time (tokens/s, mean per bin) of every
+    policy, one panel per kind with the oracle dashed in each, failures marked."""
+    timelines = result["timelines"]
+    kinds = list(dict.fromkeys(name.split(":")[0] for name in timelines if ":" in name))
+    figure, axes = plt.subplots(max(1, len(kinds)), 1, figsize=(9, 2.4 * max(1, len(kinds))),
+                                sharex=True, squeeze=False)
+    hours = (np.arange(len(next(iter(timelines.values())))) + 0.5) * result["bin_s"] / 3600
+    for axis, kind in zip(axes[:, 0], kinds or [""], strict=True):
+        if "oracle" in timelines:
+            axis.plot(hours, timelines["oracle"], "k--", lw=0.8, label="oracle")
+        for name, series in timelines.items():
+            if name.split(":")[0] == kind:
+                axis.plot(hours, series, lw=0.9, label=name.split(":", 1)[1])
+        for failure in result["failures"]:
+            axis.axvline(failure / 3600, color="red", lw=0.6, alpha=0.6)
+        axis.set_ylabel(f"{kind}\ntokens/s")
+        axis.legend(fontsize=6, loc="lower left", ncol=3)
+    axes[-1, 0].set_xlabel("hours (red: failures)")
+    figure.suptitle(result["instance"], fontsize=9)
+    path = directory / f"timeline-{file_stem(result['instance'])}.png"
     _save(figure, path)
     return path

@@ -9,10 +9,26 @@ this package installed.
 
 from __future__ import annotations
 
+import argparse
+import os
 from collections.abc import Callable, Sequence
 
 from evaluation.units import WorkUnit, run_unit
+from formulation.schema import MAX_WORKERS, integer_arg
 from solvers.parallel import map_tasks
+
+
+def add_where_arguments(parser: argparse.ArgumentParser, out: str) -> None:
+    """The flags of an evaluation command that say where results go (``--out``, default
+    ``out``/) and where its units run (``--workers``, ``--scheduler``)."""
+    parser.add_argument("--out", type=str, default=out,
+                        help="results directory, swapped in whole at the end (default "
+                             f"{out}/; its parent must exist)")
+    parser.add_argument("--workers", type=integer_arg(1, MAX_WORKERS),
+                        default=min(os.cpu_count() or 1, MAX_WORKERS),
+                        help="local worker processes (default: one per CPU)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run the units on this Dask scheduler instead")
 
 
 def run_units(units: Sequence[WorkUnit], workers: int = 1, scheduler: str | None = None,

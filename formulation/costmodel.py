@@ -24,6 +24,10 @@ import numpy as np
 from formulation.instance import Instance
 
 BYTES_PER_VALUE = 2  # bf16 activations, gradients and weights
+OPTIMIZER_STATE_BYTES = 12  # per parameter: fp32 master weights, Adam's m and v
+# what a parameter carries beyond one step (weights and optimizer state, not gradients): a
+# checkpoint's bytes, and what a stage moving to another domain sends
+PERSISTENT_BYTES_PER_PARAM = BYTES_PER_VALUE + OPTIMIZER_STATE_BYTES
 # FlashAttention (Dao et al. 2022; FlashAttention-2, Dao 2023). Its backward pass runs five
 # matrix products where the forward runs two (it recomputes the scores instead of storing
 # them): 2.5 times the forward's work, against the 2 of every other operator. With the causal
@@ -320,8 +324,10 @@ class CostModel:
         (2 bytes) and gradients (2) and fp32 master, m and v (12); ZeRO-1 divides the 12 by
         dp, ZeRO-2 also the gradients, ZeRO-3 everything. Array-friendly."""
         stage = self.instance.training.zero_stage
-        sharded = (0.0, 12.0, 14.0, 16.0)[stage]
-        return ((16.0 - sharded) + sharded / dp) / t
+        total = 2.0 * BYTES_PER_VALUE + OPTIMIZER_STATE_BYTES  # weights, gradients, states
+        sharded = (0.0, OPTIMIZER_STATE_BYTES, OPTIMIZER_STATE_BYTES + BYTES_PER_VALUE,
+                   total)[stage]
+        return ((total - sharded) + sharded / dp) / t
 
     def edge_params(self, first, last):
         """Parameters of the embedding / LM head carried by a stage. Array-friendly."""

@@ -262,6 +262,89 @@ class Scenario:
                      free_gpu_factor=factor, failures=tuple(failures))
 
 
+@dataclass(frozen=True, eq=False)
+class StateSeries:
+    """A scenario's exact state over time, piecewise constant: state ``i`` holds on
+    ``[times[i], times[i + 1])`` (the last one up to the horizon). Free GPUs are whole GPUs:
+    ``floor(nominal free x load) - GPUs of failed nodes``, none in a failed domain or one
+    that has not joined yet."""
+
+    instance: Instance
+    times: np.ndarray  # (n,) starts of the states, times[0] = 0
+    bandwidth_factor: np.ndarray  # (n, K, K)
+    latency_factor: np.ndarray  # (n, K, K)
+    free_gpus: np.ndarray  # (n, K) int64
+
+    def index_at(self, time_s: float) -> int:
+        return int(np.searchsorted(self.times, time_s, side="right") - 1)
+
+    def next_change(self, time_s: float) -> float:
+        """The first state change after ``time_s`` (inf: none before the horizon)."""
+        index = self.index_at(time_s) + 1
+        return float(self.times[index]) if index < len(self.times) else math.inf
+
+    def instance_at(self, index: int) -> Instance:
+        """The instance observed in state ``index``: its links' bandwidth and latency and
+        its free GPUs then."""
+        links = self.instance.links
+        return self.instance.with_link_state(
+            bandwidth_gbps=links.bandwidth_gbps * self.bandwidth_factor[index],
+            latency_ms=links.latency_ms * self.latency_factor[index],
+            free_gpus=self.free_gpus[index])
+
+
+def state_series(scenario: Scenario, instance: Instance) -> StateSeries:
+    """The exact piecewise-constant state of ``scenario`` on ``instance`` (:class:`StateSeries`):
+    a step change holds from its time; an event with a duration holds on [time, end)."""
+    k = instance.num_domains
+    cuts = {0.0}
+    for e in scenario.events:
+        cuts.add(e.time_s)
+        if e.duration_s is not None:
+            cuts.add(e.end_s)
+    times = np.array(sorted(t for t in cuts if t < scenario.horizon_s))
+    n = len(times)
+    steps = [e for e in scenario.events if e.kind in (EventKind.BANDWIDTH, EventKind.LOAD)]
+    timed = [e for e in scenario.events if e.kind in TIMED_KINDS]  # in time order
+    joins = {}
+    for e in scenario.events:
+        if e.kind is EventKind.DOMAIN_JOIN:
+            joins[e.domain] = max(joins.get(e.domain, 0.0), e.time_s)
+    bandwidth, load = np.ones((k, k)), np.ones(k)
+    bandwidth_out = np.ones((n, k, k))
+    latency_out = np.ones((n, k, k))
+    free_out = np.zeros((n, k), dtype=np.int64)
+    nominal = instance.free_gpus.astype(float)
+    applied = started = 0
+    active: list[Event] = []  # the timed events holding at the current time
+    for i, t in enumerate(times):
+        while applied < len(steps) and steps[applied].time_s <= t:
+            e = steps[applied]
+            if e.kind is EventKind.BANDWIDTH:
+                bandwidth[e.domain, e.peer] = e.value
+            else:
+                load[e.domain] = e.value
+            applied += 1
+        while started < len(timed) and timed[started].time_s <= t:
+            active.append(timed[started])
+            started += 1
+        active = [e for e in active if e.end_s > t]
+        bandwidth_out[i] = bandwidth
+        lost = np.zeros(k)
+        down = np.array([t < joins.get(d, 0.0) for d in range(k)])
+        for e in active:
+            if e.kind is EventKind.LATENCY:
+                latency_out[i, e.domain, e.peer] = max(latency_out[i, e.domain, e.peer],
+                                                       e.value)
+            elif e.kind is EventKind.NODE_FAILURE:
+                lost[e.domain] += e.value
+            else:
+                down[e.domain] = True
+        free = np.maximum(np.floor(nominal * load + 1e-9) - lost, 0)
+        free_out[i] = np.where(down, 0, free).astype(np.int64)
+    return StateSeries(instance, times, bandwidth_out, latency_out, free_out)
+
+
 def load_ceiling(instance: Instance) -> np.ndarray:
     """Per domain, the largest load factor: all its GPUs free (1 where none is free at
     nominal, whose factor has nothing to scale)."""

@@ -187,9 +187,10 @@ class PairPool:
             return best_time * (1 + FIX_SLACK)
         return best_time * (1 - self.gap * (1 - FIX_SLACK))  # rounding stays within the gap
 
-    def _incumbent(self, gpu_cap: float, cost_cap: float
-                   ) -> tuple[Plan, ModelValues] | None:
-        """The best known plan of any pair meeting the caps, and its values."""
+    def incumbent(self, gpu_cap: float, cost_cap: float
+                  ) -> tuple[Plan, ModelValues] | None:
+        """The best known plan (least step time) of any pair meeting the caps, and its
+        values: what a step stopped short has found."""
         request = SolveRequest(gpu_cap=gpu_cap, cost_cap=cost_cap)
         best = None
         for i, certifier in enumerate(self.certifiers):
@@ -221,7 +222,7 @@ class PairPool:
                     and v.gpus <= gpu_cap and v.comm_cost <= cost_cap:
                 self.stats.reused += 1
                 plan, values = earlier.plan, earlier.values
-                incumbent = self._incumbent(gpu_cap, cost_cap)
+                incumbent = self.incumbent(gpu_cap, cost_cap)
                 if incumbent is not None and incumbent[1].step_time_s < values.step_time_s:
                     plan, values = incumbent
                 return Candidate(plan, values, gpu_cap, cost_cap,
@@ -231,7 +232,7 @@ class PairPool:
 
     def _min_step(self, gpu_cap: float, cost_cap: float) -> Candidate | None:
         known = {i: self._known(i, gpu_cap, cost_cap) for i in range(len(self.certifiers))}
-        best = self._incumbent(gpu_cap, cost_cap)
+        best = self.incumbent(gpu_cap, cost_cap)
         best_time = math.inf if best is None else best[1].step_time_s
         # The pairs' own floors, where what earlier steps left does not rule them out already
         # (the cutoff only falls during a step); they also order the solves.

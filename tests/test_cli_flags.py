@@ -16,7 +16,8 @@ import pytest
 COMMANDS = ["instances.generate", "instances.sample", "instances.suites",
             "formulation.evaluate", "solvers.exact", "solvers.bruteforce", "solvers.nsga2",
             "solvers.baselines", "rl.decide", "rl.train", "evaluation.pareto_coverage",
-            "formulation.calibration", "rl.validate", "instances.scenarios"]
+            "formulation.calibration", "rl.validate", "instances.scenarios",
+            "evaluation.online"]
 # their output is their only print
 REPORTING = set(COMMANDS) - {"formulation.evaluate", "formulation.calibration",
                              "rl.validate"}

@@ -1,0 +1,544 @@
+"""A training run through a dynamic scenario, step by step (issue 17's run simulator).
+
+:func:`simulate_run` advances one training job over a :class:`~formulation.scenario.Scenario`
+under a re-planning *policy* (:class:`Policy`: it observes the state changes and keeps its
+plan or returns a new one). Each training step of the running plan is timed by the
+event-level 1F1B simulator (:func:`formulation.reference.simulated_step_time`) on the
+scenario sampled every ``trace_interval_s``, so bandwidth changes and latency spikes inside
+a step count as they happen. What a change costs is charged as in a real job
+(:class:`RunCosts`):
+
+* **Interruption.** A state in which the running plan's GPUs are no longer all free (a
+  failure, other tenants' load, a domain leaving) stops it at once: the step in progress and
+  every step since the last *durable* checkpoint are lost. The job notices after the
+  heartbeat timeout (``heartbeat_s x missed_heartbeats``); the policy then decides (its
+  declared decision time is charged), the new plan's stages read their state from the
+  checkpoint store (``storage_gbps`` per domain) and start cold (``restart_s``). A plan that
+  does not fit when it would start waits for the next change.
+* **Planned switch.** A policy that returns a new plan while the old one runs pays its
+  decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
+  at the next step boundary after that the old plan stops (its pipeline is drained: steps
+  end with a flush), every layer that moves to another domain sends its weights and
+  optimizer state (``PERSISTENT_BYTES_PER_PARAM`` per parameter, the memory model's) over
+  the WAN link between the two domains at that moment's bandwidth (links in parallel), and
+  the new plan starts after ``switch_s`` more.
+* **Notice.** Other tenants' load is placed by the same platform, so a load change is
+  announced ``load_notice_s`` before it takes effect (failures are not): the policy is
+  asked with the announced state. A switch decided on a notice must be done when the
+  GPUs go: if the next step boundary comes too late, the step in progress is cut (its
+  work discarded; the model's state at the step's start is intact, so nothing else is
+  lost) early enough for the state to move in time. A switch not prepared by then does
+  not happen: the plan is interrupted when the load takes its GPUs.
+* **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary:
+  training pauses while each GPU copies its shard to host memory (``host_copy_gbps``); the
+  checkpoint becomes durable once every domain has written its stages' state
+  (``storage_gbps``), in the background.
+
+An *oracle* policy (``Policy.oracle``) re-plans at every change with perfect knowledge and
+free migration: it switches at the very moment of a change, keeps the part of the step
+done so far and pays nothing; it is never interrupted (it leaves a failing domain as the
+failure happens). It bounds what any policy can reach.
+
+The run's record (:class:`RunRecord`) holds its timeline as segments, its decisions,
+interruptions and switches; :mod:`evaluation.online_metrics` reads the KPIs from it. The
+simulation is deterministic: decision times are charged as the policy declares them
+(:class:`Replan`), never as measured, so the same scenario and policy give the same
+record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+
+from formulation.costmodel import GBIT, PERSISTENT_BYTES_PER_PARAM
+from formulation.evaluator import cost_model, evaluate_plans
+from formulation.instance import Instance
+from formulation.plan import Plan
+from formulation.reference import simulated_step_time
+from formulation.scenario import EventKind, Scenario, StateSeries, state_series
+from formulation.schema import check_ranges
+
+
+@dataclass(frozen=True)
+class RunCosts:
+    """What changes cost a training job (defaults: a 2024 cluster, seeds/003 topic 4)."""
+
+    heartbeat_s: float = 1.0
+    """Heartbeat period of the job's ranks."""
+    missed_heartbeats: int = 3
+    """Heartbeats missed before a rank counts as failed (3 s: the seeds' response time)."""
+    restart_s: float = 60.0
+    """A cold start after an interruption: processes, communicators, data loaders."""
+    prepare_s: float = 30.0
+    """The same for a planned switch on GPUs the job is given, while the old plan trains."""
+    switch_s: float = 5.0
+    """The cut-over of a prepared switch, besides moving state."""
+    host_copy_gbps: float = 200.0
+    """Per GPU, device to host memory (a checkpoint's pause; PCIe 4 x16 is 256)."""
+    storage_gbps: float = 40.0
+    """Per domain, to and from the checkpoint store."""
+    trace_interval_s: float = 10.0
+    """Sampling of the scenario for the 1F1B simulator (bandwidth and latency)."""
+    load_notice_s: float = 120.0
+    """How long before a load change takes effect it is announced (0: not announced; AWS
+    gives two minutes before it reclaims a spot instance)."""
+
+    @property
+    def detection_s(self) -> float:
+        return self.heartbeat_s * self.missed_heartbeats
+
+
+RUN_COST_RANGES = {"heartbeat_s": (0.0, 3600.0), "missed_heartbeats": (1, 1000),
+                   "restart_s": (0.0, 86_400.0), "prepare_s": (0.0, 86_400.0),
+                   "switch_s": (0.0, 86_400.0), "host_copy_gbps": (1e-3, 1e6),
+                   "storage_gbps": (1e-3, 1e6), "trace_interval_s": (1e-2, 3600.0),
+                   "load_notice_s": (0.0, 86_400.0)}
+
+
+class Trigger(StrEnum):
+    """Why a policy is asked."""
+
+    START = "start"  # the run begins
+    CHANGE = "change"  # the state changed; the plan still runs
+    TIMER = "timer"  # a time the policy asked for (Policy.next_timer)
+    NOTICE = "notice"  # a load change is announced; the state given is the announced one
+    INTERRUPTED = "interrupted"  # the plan lost GPUs and stopped (after detection)
+    WAITING = "waiting"  # no plan runs; the state changed
+
+
+@dataclass(frozen=True)
+class Replan:
+    """A policy's answer: the plan to run (None: none found, wait), the decision time the
+    run is charged (the planner's declared bound) and the measured wall time (reported)."""
+
+    plan: Plan | None
+    charged_s: float
+    latency_s: float
+
+
+class Policy(Protocol):
+    """A re-planning policy: stateful, asked at every change, timer and interruption."""
+
+    name: str
+    oracle: bool
+    checkpoint_interval_s: float
+
+    def observe(self, now: float, state: Instance, plan: Plan | None, trigger: Trigger,
+                deadline_s: float | None = None) -> Replan | None:
+        """Keep ``plan`` (None) or return a new decision; ``state`` is the instance as it is
+        observed at ``now`` (links, free GPUs), or as announced for ``deadline_s`` (a
+        notice: a switch must be done by then)."""
+
+    def next_timer(self, now: float) -> float:
+        """The next time after ``now`` the policy wants to be asked (inf: never)."""
+
+
+@dataclass
+class Segment:
+    start_s: float
+    end_s: float
+    kind: str  # step, partial, lost, checkpoint, switch, stopped, waiting
+    plan: int | None = None  # index into RunRecord.plans
+    tokens: float = 0.0
+    rolled_back: bool = False
+
+
+@dataclass
+class RunRecord:
+    """A run's timeline and what happened in it (plain data)."""
+
+    policy: str
+    horizon_s: float
+    tokens_per_step: float
+    plans: list[Plan] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    decisions: list[dict] = field(default_factory=list)
+    interruptions: list[dict] = field(default_factory=list)
+    switches: list[dict] = field(default_factory=list)
+
+    def plan_index(self, plan: Plan) -> int:
+        if plan not in self.plans:
+            self.plans.append(plan)
+        return self.plans.index(plan)
+
+
+def plan_domain_gpus(plan: Plan, num_domains: int) -> np.ndarray:
+    used = np.zeros(num_domains, dtype=np.int64)
+    for stage in plan.stages:
+        used[stage.domain] += plan.dp * stage.tp
+    return used
+
+
+def layer_domains(plan: Plan) -> np.ndarray:
+    """The domain of every layer, in model order."""
+    return np.concatenate([np.full(stage.layers, stage.domain) for stage in plan.stages])
+
+
+def migration_bytes(instance: Instance, old: Plan, new: Plan) -> dict[tuple[int, int], float]:
+    """Bytes each directed link carries when ``old`` becomes ``new``: the weights and
+    optimizer state (``PERSISTENT_BYTES_PER_PARAM``) of every layer whose domain changes,
+    the embedding with the first stage and the LM head with the last."""
+    cm = cost_model(instance)
+    moves: dict[tuple[int, int], float] = {}
+
+    def add(source: int, target: int, params: float) -> None:
+        if source != target:
+            moves[(source, target)] = moves.get((source, target), 0.0) \
+                + params * PERSISTENT_BYTES_PER_PARAM
+
+    for source, target in zip(layer_domains(old), layer_domains(new), strict=True):
+        add(int(source), int(target), cm.layer_params)
+    add(old.stages[0].domain, new.stages[0].domain, cm.embedding_params)
+    add(old.stages[-1].domain, new.stages[-1].domain, cm.head_params)
+    return moves
+
+
+def migration_time(state: Instance, moves: dict[tuple[int, int], float]) -> float:
+    """Seconds to send ``moves`` over the WAN of ``state``, each link at its bandwidth and
+    latency then, the links in parallel."""
+    links = state.links
+    return max((size / (links.bandwidth_gbps[a, b] * GBIT) + links.latency_ms[a, b] * 1e-3
+                for (a, b), size in moves.items()), default=0.0)
+
+
+def domain_state_bytes(instance: Instance, plan: Plan) -> np.ndarray:
+    """Per domain, the persistent state bytes of the stages it holds (one copy)."""
+    cm = cost_model(instance)
+    out = np.zeros(instance.num_domains)
+    last = plan.num_stages - 1
+    for j, stage in enumerate(plan.stages):
+        params = stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last)
+        out[stage.domain] += params * PERSISTENT_BYTES_PER_PARAM
+    return out
+
+
+def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts) -> float:
+    """A checkpoint's pause: the largest per-GPU shard copied to host memory."""
+    cm = cost_model(instance)
+    last = plan.num_stages - 1
+    shard = max((stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last))
+                * PERSISTENT_BYTES_PER_PARAM / stage.tp for j, stage in enumerate(plan.stages))
+    return shard / (costs.host_copy_gbps * GBIT)
+
+
+def storage_time(instance: Instance, plan: Plan, costs: RunCosts) -> float:
+    """Writing (or reading) a checkpoint of ``plan``: every domain its stages' state."""
+    return float(domain_state_bytes(instance, plan).max()) / (costs.storage_gbps * GBIT)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A moment the run stops to look: a state change, a policy timer or a notice."""
+
+    time_s: float
+    trigger: Trigger
+    effective_s: float | None = None  # a notice: when the announced change takes effect
+
+
+class _Run:
+    """One run's mutable state and what happens to it; :func:`simulate_run` drives it."""
+
+    def __init__(self, instance: Instance, scenario: Scenario, policy: Policy,
+                 costs: RunCosts):
+        check_ranges(costs, RUN_COST_RANGES)
+        self.instance, self.policy, self.costs = instance, policy, costs
+        self.horizon = scenario.horizon_s
+        self.states: StateSeries = state_series(scenario, instance)
+        self.traced = instance.replace(trace=scenario.to_trace(instance,
+                                                               costs.trace_interval_s))
+        self.causes: dict[float, str] = {}  # what interrupts a plan at a time
+        for e in scenario.events:
+            if e.kind in (EventKind.NODE_FAILURE, EventKind.DOMAIN_FAILURE):
+                self.causes[e.time_s] = "failure"
+            elif e.kind is EventKind.LOAD:
+                self.causes.setdefault(e.time_s, "load")
+        # (notice time, effective time), delivered in order, each once
+        self.notices = sorted({(max(0.0, e.time_s - costs.load_notice_s), e.time_s)
+                               for e in scenario.events if e.kind is EventKind.LOAD}) \
+            if costs.load_notice_s > 0 and not policy.oracle else []
+        self.delivered = 0
+        self.seen = 0.0  # every change and timer up to here has been looked at
+        training = instance.training
+        self.record = RunRecord(policy.name, self.horizon,
+                                float(training.global_batch * instance.model.seq_len))
+        self.tokens = 0.0  # committed by finished steps (less what rollbacks took back)
+        # checkpoints: (durable from, tokens, end of the last step it holds)
+        self.durable: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)]
+        self.last_checkpoint = 0.0
+        self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
+
+    # -- the state -------------------------------------------------------------------------
+    def state(self, time_s: float) -> Instance:
+        return self.states.instance_at(self.states.index_at(time_s))
+
+    def fits(self, plan: Plan, time_s: float) -> bool:
+        free = self.states.free_gpus[self.states.index_at(time_s)]
+        return bool(np.all(plan_domain_gpus(plan, self.instance.num_domains) <= free))
+
+    def breaks(self, plan: Plan, start: float, end: float) -> float | None:
+        """The first state change in (start, end] in which ``plan`` does not fit."""
+        change = self.states.next_change(start)
+        while change <= min(end, self.horizon):
+            if not self.fits(plan, change):
+                return change
+            change = self.states.next_change(change)
+        return None
+
+    def next_point(self, after: float) -> Point:
+        """The next state change or policy timer after ``after``, or the next notice not
+        yet delivered (at ``after`` if it is due already); the horizon at most. At equal
+        times a timer (its state has the change), then a change, then a notice."""
+        change = self.states.next_change(after)
+        timer = self.policy.next_timer(after)
+        notice = self.notices[self.delivered] if self.delivered < len(self.notices) \
+            else (math.inf, None)
+        first = min(change, timer, max(notice[0], after))
+        if first >= self.horizon:
+            return Point(self.horizon, Trigger.CHANGE)
+        if timer == first:
+            return Point(timer, Trigger.TIMER)
+        if change == first:
+            return Point(change, Trigger.CHANGE)
+        return Point(first, Trigger.NOTICE, notice[1])
+
+    def take(self, point: Point) -> None:
+        """``point`` has been looked at: a notice is not delivered again."""
+        if point.trigger is Trigger.NOTICE:
+            self.delivered += 1
+        else:
+            self.seen = max(self.seen, point.time_s)
+
+    def ask(self, point: Point, plan: Plan | None, trigger: Trigger | None = None
+            ) -> Replan | None:
+        trigger = trigger or point.trigger
+        answer = self.policy.observe(point.time_s, self.state(self.seen_at(point)), plan,
+                                     trigger, point.effective_s)
+        if answer is not None:
+            self.record.decisions.append({
+                "time_s": point.time_s, "trigger": str(trigger),
+                "charged_s": answer.charged_s, "latency_s": answer.latency_s,
+                "found": answer.plan is not None,
+                "changed": answer.plan is not None and answer.plan != plan})
+        return answer
+
+    @staticmethod
+    def seen_at(point: Point) -> float:
+        """The time whose state a point shows: a notice's, the announced one."""
+        return point.time_s if point.effective_s is None else point.effective_s
+
+    def add(self, start: float, end: float, kind: str, plan: Plan | None = None,
+            tokens: float = 0.0) -> None:
+        end = min(end, self.horizon)
+        if end > start or kind == "lost":
+            self.record.segments.append(Segment(
+                start, end, kind, None if plan is None else self.record.plan_index(plan),
+                tokens))
+
+    def progress(self, start: float, end: float, kind: str, plan: Plan, tokens: float) -> None:
+        self.add(start, end, kind, plan, tokens)
+        self.tokens += tokens
+        for interruption in self.record.interruptions:
+            if interruption["regained_s"] is None \
+                    and self.tokens >= interruption["tokens_before"] - 1e-6:
+                interruption["regained_s"] = min(end, self.horizon)
+
+    # -- what happens ----------------------------------------------------------------------
+    def checkpoint(self, now: float, plan: Plan) -> float:
+        """A checkpoint after the step that ended at ``now`` (none if the plan loses GPUs
+        during its pause: the next step sees that); returns when training goes on (the
+        write to the store goes on in the background)."""
+        pause = checkpoint_pause(self.instance, plan, self.costs)
+        if self.breaks(plan, now, now + pause) is not None:
+            return now
+        self.add(now, now + pause, "checkpoint", plan)
+        durable_from = now + pause + storage_time(self.instance, plan, self.costs)
+        self.durable.append((durable_from, self.tokens, now))
+        self.last_checkpoint = now
+        self.seen = max(self.seen, now + pause)
+        return now + pause
+
+    def interrupt(self, at: float, plan: Plan) -> tuple[float, Plan | None]:
+        """``plan`` lost GPUs at ``at``: back to the last checkpoint durable then (the steps
+        since are lost), detection, the policy's decision. Returns (when that decision is
+        made, the plan it chose: the same one if it keeps it)."""
+        before = self.tokens
+        self.durable = [d for d in self.durable if d[0] <= at]
+        _, tokens, captured = self.durable[-1]
+        for segment in self.record.segments:
+            if segment.kind in ("step", "partial") and segment.end_s > captured:
+                segment.rolled_back = True
+        self.tokens = tokens
+        self.pending = None
+        self.record.interruptions.append({
+            "time_s": at, "cause": self.causes.get(at, "load"), "tokens_before": before,
+            "tokens_lost": before - tokens, "rolled_back_from_s": captured,
+            "resumed_s": None, "regained_s": None})
+        detected = at + self.costs.detection_s
+        self.add(at, detected, "stopped")
+        if detected >= self.horizon:
+            return detected, plan
+        answer = self.ask(Point(detected, Trigger.INTERRUPTED), plan)
+        if answer is None:
+            return detected, plan
+        self.add(detected, detected + answer.charged_s, "stopped")
+        return detected + answer.charged_s, answer.plan
+
+    def start(self, now: float, plan: Plan) -> float | None:
+        """Starting ``plan`` after a stop: its stages read the last checkpoint and start
+        cold. Returns when it runs, or None if it loses GPUs meanwhile (then nothing is
+        lost: nothing ran; returns with ``self.seen`` at that change)."""
+        ready = now + storage_time(self.instance, plan, self.costs) + self.costs.restart_s
+        lost = self.breaks(plan, now, ready)
+        if lost is not None and lost < self.horizon:
+            self.add(now, lost, "stopped")
+            self.seen = lost
+            return None
+        self.add(now, ready, "stopped")
+        self.last_checkpoint = ready
+        self.seen = max(self.seen, ready)
+        return ready
+
+    def plan_switch(self, point: Point, plan: Plan, answer: Replan, rate: float) -> None:
+        """A switch to ``answer.plan`` decided at ``point``, pending until prepared. On a
+        notice it must be done by the change: the step in progress is cut in time for the
+        state to move (a switch that cannot be prepared by then does not replace one that
+        can); a plan needing GPUs the change frees waits for them."""
+        new = answer.plan
+        pending = self.pending
+        ready = point.time_s + answer.charged_s + self.costs.prepare_s
+        if pending is not None and pending["plan"] == new:  # prepared or being prepared
+            ready = min(ready, pending["ready_s"])
+        cut = None
+        if point.effective_s is not None:
+            effective = point.effective_s
+            stop = migration_time(self.state(effective),
+                                  migration_bytes(self.instance, plan, new)) \
+                + self.costs.switch_s
+            if not self.fits(new, point.time_s):  # it needs what the change frees
+                ready = max(ready, effective)
+            if not self.fits(plan, effective):  # the running plan must go by then
+                cut = max(ready, effective - stop)
+                if ready > effective - stop and self.fits(new, point.time_s):
+                    return  # too late: the change will interrupt it
+        self.pending = {"plan": new, "ready_s": ready, "cut_s": cut,
+                        "info": {"event_s": point.time_s, "rate_before": rate,
+                                 "trigger": str(point.trigger)}}
+
+    def switch(self, now: float, old: Plan) -> tuple[float, Plan]:
+        """The planned switch at ``now`` (a step boundary or a cut): state moves, then the
+        cut-over; not made if the new plan does not fit meanwhile."""
+        new = self.pending["plan"]
+        info = self.pending["info"]
+        self.pending = None
+        moves = migration_bytes(self.instance, old, new)
+        stop = migration_time(self.state(now), moves) + self.costs.switch_s
+        if not self.fits(new, now) or self.breaks(new, now, now + stop) is not None:
+            return now, old
+        self.add(now, now + stop, "switch", new)
+        self.record.switches.append({**info, "stop_s": now, "resume_s": float(now + stop),
+                                     "plan": self.record.plan_index(new),
+                                     "bytes": float(sum(moves.values()))})
+        self.seen = max(self.seen, now + stop)
+        return now + stop, new
+
+
+def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
+                 costs: RunCosts = RunCosts()) -> RunRecord:
+    """The run of ``policy`` through ``scenario`` (module doc)."""
+    run = _Run(instance, scenario, policy, costs)
+    horizon = run.horizon
+    answer = run.ask(Point(0.0, Trigger.START), None)
+    plan = None if answer is None else answer.plan
+    now = 0.0 if answer is None else answer.charged_s
+    run.add(0.0, now, "stopped")
+    running, launched = False, False
+    while now < horizon:
+        if not running:
+            if plan is not None and run.fits(plan, now):
+                # the job's launch costs every policy alike; a restart costs (not the oracle)
+                began = now if policy.oracle or not launched else run.start(now, plan)
+                launched = True
+                if began is None:  # it lost GPUs while starting
+                    now = run.seen
+                    continue
+                now, running = began, True
+                run.seen = max(run.seen, now)
+                for interruption in run.record.interruptions:
+                    if interruption["resumed_s"] is None:
+                        interruption["resumed_s"] = now
+                continue
+            point = run.next_point(max(now, run.seen))
+            run.take(point)
+            run.add(now, point.time_s, "waiting")
+            now = max(now, point.time_s)
+            if now >= horizon or point.trigger is Trigger.NOTICE:
+                continue
+            answer = run.ask(point, plan, Trigger.WAITING)
+            if answer is not None:
+                run.add(now, now + answer.charged_s, "stopped")
+                plan, now = answer.plan, now + answer.charged_s
+            continue
+        # running: one step, watching every change, timer and notice up to its end
+        length = simulated_step_time(run.traced, plan, now, use_trace=True)
+        end = now + length
+        rate = run.record.tokens_per_step / length
+        cut = None
+        while True:
+            point = run.next_point(run.seen)
+            at = max(point.time_s, now)  # a change at the last step's end is seen now
+            cut = None if run.pending is None else run.pending["cut_s"]
+            if cut is not None and cut < min(end, horizon) and cut <= at:
+                break
+            cut = None
+            if at >= min(end, horizon):
+                break
+            run.take(point)
+            point = dataclasses.replace(point, time_s=at)
+            if policy.oracle:  # switch at the change, keeping the part of the step done
+                answer = run.ask(point, plan)
+                new = plan if answer is None else answer.plan
+                if new != plan or not run.fits(plan, at):
+                    run.progress(now, at, "partial", plan, rate * (at - now))
+                    now, plan, running = at, new, False
+                    break
+            elif point.trigger is not Trigger.NOTICE and not run.fits(plan, at):
+                run.add(now, at, "lost", plan)
+                now, plan = run.interrupt(at, plan)
+                running = False
+                break
+            else:
+                answer = run.ask(point, plan)
+                if answer is not None and answer.plan is not None:
+                    if answer.plan != plan:
+                        run.plan_switch(point, plan, answer, rate)
+                    elif run.pending is not None and run.pending["cut_s"] is None:
+                        run.pending = None  # kept: a switch not forced by a notice is off
+        if not running:
+            continue
+        if cut is not None:  # a switch that cannot wait for the step's end
+            run.add(now, cut, "lost", plan)
+            now, plan = run.switch(cut, plan)
+            continue
+        if end > horizon:  # the run ends inside the step: the part done counts
+            run.progress(now, horizon, "partial", plan, rate * (horizon - now))
+            break
+        run.progress(now, end, "step", plan, run.record.tokens_per_step)
+        now = end
+        if not policy.oracle and now - run.last_checkpoint >= policy.checkpoint_interval_s:
+            now = run.checkpoint(now, plan)
+        if run.pending is not None and run.pending["ready_s"] <= now:
+            now, plan = run.switch(now, plan)
+    return run.record
+
+
+def nominal_rate(instance: Instance, plan: Plan) -> float:
+    """Tokens per second of ``plan`` at the instance's nominal state (closed form)."""
+    step = float(evaluate_plans(instance, [plan]).step_time_s[0])
+    return instance.training.global_batch * instance.model.seq_len / step if step > 0 \
+        else math.inf

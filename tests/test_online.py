@@ -1,0 +1,302 @@
+"""The online evaluation: the run simulator against hand-computed timelines, migration bytes
+against the memory model, the oracle as an upper bound, determinism, where units run, the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from clitools import run_module
+
+from evaluation.methods import METHODS
+from evaluation.online import OnlineUnit, run_online_unit
+from evaluation.online_metrics import run_kpis
+from evaluation.replanning import Oracle, Planner, PolicySettings, ReplanningPolicy
+from formulation.costmodel import BYTES_PER_VALUE, GBIT, CostModel
+from formulation.instance import Instance
+from formulation.plan import Plan, Stage
+from formulation.reference import simulated_step_time
+from formulation.scenario import Event, EventKind, Scenario, state_series
+from formulation.training_run import (
+    Replan,
+    RunCosts,
+    Trigger,
+    migration_bytes,
+    simulate_run,
+)
+from instances.scenarios import ScenarioSettings, generate_scenario
+from instances.suites import SUITES_DIR
+from solvers.parallel import map_tasks
+
+QUICK = SUITES_DIR / "quick" / "cn-hubs-k6-llama2-7b-s130.json"
+# state moves and checkpoints at a rate that makes them instant, unless a test says otherwise
+FAST = RunCosts(host_copy_gbps=1e6, storage_gbps=1e6, restart_s=60.0, prepare_s=30.0,
+                switch_s=5.0, load_notice_s=0.0)
+PLAN_A = Plan(2, 1, (Stage(0, 12, 4), Stage(1, 12, 4)))  # 8 GPUs in alpha, 8 in beta
+PLAN_B = Plan(2, 1, (Stage(0, 12, 4), Stage(2, 12, 4)))  # beta's half moved to gamma
+PLAN_C = Plan(2, 1, (Stage(0, 24, 8),))  # alpha alone
+
+
+class Scripted:
+    """A policy that runs ``plan`` and answers a timer or a notice with ``then``."""
+
+    oracle = False
+    name = "scripted"
+
+    def __init__(self, plan: Plan, checkpoint_interval_s: float = 1e9,
+                 timer_s: float = math.inf, then: Plan | None = None, charged_s: float = 1.0,
+                 notice_for: float | None = None):
+        self.plan, self.then, self.timer_s, self.charged_s = plan, then, timer_s, charged_s
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.notice_for = notice_for  # answer only the notice of a change at this time
+
+    def next_timer(self, now: float) -> float:
+        return self.timer_s if now < self.timer_s else math.inf
+
+    notices: list
+
+    def observe(self, now, state, plan, trigger, deadline_s=None):
+        if trigger is Trigger.START:
+            self.notices = []
+            return Replan(self.plan, 0.0, 0.0)
+        if trigger is Trigger.NOTICE:
+            self.notices.append((now, deadline_s))
+            if self.notice_for not in (None, deadline_s):
+                return None
+        if trigger in (Trigger.TIMER, Trigger.NOTICE) and self.then is not None:
+            return Replan(self.then, self.charged_s, 0.0)
+        if trigger is Trigger.CHANGE and plan is not None:
+            return Replan(plan, self.charged_s, 0.0)  # looked, and kept it
+        return None
+
+
+def _steps(record, plan_index=None):
+    return [s for s in record.segments if s.kind == "step"
+            and (plan_index is None or s.plan == plan_index)]
+
+
+def test_a_failure_rolls_back_to_the_checkpoint_and_waits_for_its_gpus(hand_instance):
+    """beta fails at 20.5 s for 30 s. Steps of T end at k T; a checkpoint follows the first
+    step end >= 10 s after the last one (4 T). The failure loses steps 5-7; the static plan
+    waits for beta, restarts (60 s) and regains the 7 steps 3 steps later."""
+    scenario = Scenario.of(200.0, [Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)])
+    step = simulated_step_time(hand_instance, PLAN_A)
+    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A, 10.0), FAST)
+    done = [s for s in record.segments if s.kind == "step" and s.end_s <= 20.5]
+    assert [round(s.end_s / step, 3) for s in done] == pytest.approx(range(1, 8), abs=1e-3)
+    assert sum(s.rolled_back for s in done) == 3  # steps 5, 6, 7: after the checkpoint at 4 T
+    (interruption,) = record.interruptions
+    assert interruption["cause"] == "failure"
+    assert interruption["tokens_lost"] == pytest.approx(3 * record.tokens_per_step)
+    assert interruption["resumed_s"] == pytest.approx(50.5 + 60.0, abs=1e-3)
+    assert interruption["regained_s"] == pytest.approx(50.5 + 60.0 + 3 * step, abs=1e-3)
+    kpis = run_kpis(hand_instance, record)
+    assert kpis["failure_switch_s_max"] == pytest.approx(90.0, abs=1e-3)
+    assert kpis["failure_interruption_s_max"] == pytest.approx(90.0 + 3 * step, abs=1e-3)
+
+
+def test_stability_leaves_out_the_recovery_from_a_failure(hand_instance):
+    """The same run: outside the window from the restored checkpoint's last step to the
+    regained progress, training never stopped (the checkpoint pauses aside)."""
+    scenario = Scenario.of(200.0, [Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)])
+    kpis = run_kpis(hand_instance, simulate_run(hand_instance, scenario,
+                                                Scripted(PLAN_A, 10.0), FAST))
+    assert kpis["stability"] == pytest.approx(1.0, abs=1e-4)
+    assert kpis["progress_share"] < 0.6
+
+
+def test_a_failure_at_a_step_end_or_during_a_switch_is_not_missed(hand_instance):
+    step = simulated_step_time(hand_instance, PLAN_A)
+    at_end = Scenario.of(100.0, [Event(6 * step, EventKind.DOMAIN_FAILURE, 1,
+                                       duration_s=50.0)])
+    record = simulate_run(hand_instance, at_end, Scripted(PLAN_A), FAST)
+    assert [i["time_s"] for i in record.interruptions] == [6 * step]
+    assert not [s for s in _steps(record) if 6 * step < s.end_s <= 6 * step + 50.0]
+    # PLAN_B's switch stops training from the step end after 41 s for about 15 s; gamma,
+    # which PLAN_B needs, fails meanwhile: no switch, PLAN_A trains on
+    boundary = math.ceil(41.0 / step) * step
+    during = Scenario.of(150.0, [Event(boundary + 7.0, EventKind.DOMAIN_FAILURE, 2,
+                                       duration_s=100.0)])
+    record = simulate_run(hand_instance, during, Scripted(PLAN_A, timer_s=10.0, then=PLAN_B),
+                          FAST)
+    assert not record.switches and not record.interruptions
+    assert all(record.plans[s.plan] == PLAN_A for s in _steps(record))
+
+
+def test_every_notice_is_delivered_and_a_later_keep_does_not_cancel_its_switch(hand_instance):
+    """Loads at 100 s (gamma) and 220 s (beta), announced 120 s ahead: at 0 s (due before
+    the run began) and at 100 s (with gamma's change). A latency spike between the second
+    notice and its change asks the policy, which keeps its plan: the switch the notice
+    decided still happens before beta's GPUs go."""
+    events = [Event(100.0, EventKind.LOAD, 2, value=0.5),
+              Event(220.0, EventKind.LOAD, 1, value=0.25),
+              Event(110.0, EventKind.LATENCY, 0, 1, 2.0, 5.0)]
+    policy = Scripted(PLAN_A)  # first only watch the notices
+    record = simulate_run(hand_instance, Scenario.of(300.0, events), policy,
+                          dataclasses.replace(FAST, load_notice_s=120.0))
+    assert policy.notices == [(0.0, 100.0), (100.0, 220.0)]
+    assert [i["time_s"] for i in record.interruptions] == [220.0]
+    policy = Scripted(PLAN_A, then=PLAN_C, notice_for=220.0)
+    record = simulate_run(hand_instance, Scenario.of(300.0, events), policy,
+                          dataclasses.replace(FAST, load_notice_s=120.0))
+    kept = [d["time_s"] for d in record.decisions if d["trigger"] == "change"
+            and not d["changed"]]
+    (switch,) = record.switches
+    assert switch["event_s"] == 100.0 and any(100.0 < t < switch["stop_s"] for t in kept)
+    assert not record.interruptions and switch["resume_s"] <= 220.0
+
+
+def test_migration_bytes_are_the_memory_models_state_of_the_moved_layers(hand_instance, cost):
+    """Layers 12-23 and the LM head move from beta to gamma: weights and optimizer state,
+    the memory model's bytes per parameter at dp = tp = 1 less the gradients."""
+    moves = migration_bytes(hand_instance, PLAN_A, PLAN_B)
+    per_param = cost.state_bytes_per_param(1, 1) - BYTES_PER_VALUE
+    assert per_param == 14.0
+    assert moves == {(1, 2): pytest.approx((12 * cost.layer_params + cost.head_params)
+                                           * per_param)}
+    assert migration_bytes(hand_instance, PLAN_A, PLAN_A) == {}
+    back = migration_bytes(hand_instance, PLAN_A, PLAN_C)  # beta's layers and head to alpha
+    assert back == {(1, 0): pytest.approx(moves[(1, 2)])}
+
+
+def test_a_planned_switch_waits_for_preparation_and_a_step_boundary(hand_instance, cost):
+    """At 10 s the policy asks for PLAN_B (charged 1 s, prepared in 30 s): at the first step
+    end after 41 s training stops while the moved state crosses beta -> gamma (10 Gbit/s,
+    50 ms), then 5 s of cut-over."""
+    scenario = Scenario.of(150.0, [])
+    step = simulated_step_time(hand_instance, PLAN_A)
+    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A, timer_s=10.0,
+                                                            then=PLAN_B), FAST)
+    (switch,) = record.switches
+    boundary = math.ceil(41.0 / step) * step
+    size = (12 * cost.layer_params + cost.head_params) * 14.0
+    stop = size / (10.0 * GBIT) + 0.05 + 5.0
+    assert switch["stop_s"] == pytest.approx(boundary, abs=1e-6)
+    assert switch["resume_s"] == pytest.approx(boundary + stop, abs=1e-6)
+    assert switch["bytes"] == pytest.approx(size)
+    after = _steps(record, record.plans.index(PLAN_B))
+    assert after[0].start_s == pytest.approx(boundary + stop, abs=1e-6)
+    assert after[0].end_s - after[0].start_s == pytest.approx(
+        simulated_step_time(hand_instance, PLAN_B), rel=1e-9)
+    assert not record.interruptions
+
+
+def test_a_load_swing_interrupts_a_static_plan_and_a_notice_lets_it_switch(hand_instance):
+    """Other tenants take 12 of beta's 16 free GPUs at 100 s. Unannounced, the plan on 8 of
+    them stops and loses its steps since the start (no checkpoint); announced 60 s before,
+    the policy moves to alpha alone in time and nothing is lost."""
+    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
+    assert state_series(scenario, hand_instance).free_gpus[-1].tolist() == [32, 4, 32]
+    static = simulate_run(hand_instance, scenario, Scripted(PLAN_A), FAST)
+    (interruption,) = static.interruptions
+    assert interruption["time_s"] == 100.0 and interruption["cause"] == "load"
+    assert interruption["tokens_lost"] == pytest.approx(
+        math.floor(100.0 / simulated_step_time(hand_instance, PLAN_A)) * static.tokens_per_step)
+    noticed = simulate_run(hand_instance, scenario, Scripted(PLAN_A, then=PLAN_C),
+                           dataclasses.replace(FAST, load_notice_s=60.0))
+    assert not noticed.interruptions
+    (switch,) = noticed.switches
+    assert switch["trigger"] == "notice" and switch["event_s"] == 40.0
+    assert switch["resume_s"] <= 100.0 + 1e-9
+    assert all(not s.rolled_back for s in noticed.segments)
+
+
+def test_the_oracle_is_never_below_any_policy():
+    instance = Instance.load(QUICK)
+    scenario = generate_scenario(instance, 3, ScenarioSettings(hours=1.0))
+    oracle = run_kpis(instance, simulate_run(instance, scenario, Oracle()))
+    for kind in ("static", "periodic", "event"):
+        for planner in ("greedy", "sailor", "exact"):
+            policy = ReplanningPolicy(kind, Planner(planner, METHODS[planner].options_type()),
+                                      PolicySettings(period_s=900.0))
+            kpis = run_kpis(instance, simulate_run(instance, scenario, policy))
+            assert kpis["goodput_tokens_per_h"] <= oracle["goodput_tokens_per_h"], policy.name
+
+
+def _unit(scenario: Scenario, instance: Instance, policies) -> OnlineUnit:
+    options = {name: method.options_type() for name, method in METHODS.items()}
+    return OnlineUnit(instance.to_dict(), scenario.to_dict(), tuple(policies), options,
+                      PolicySettings(), RunCosts())
+
+
+MEASURED = ("latency_s_p50", "latency_s_p99", "latency_s_max", "coordination_s", "over_bound")
+
+
+def _numbers(result: dict) -> pd.DataFrame:
+    return pd.DataFrame(result["rows"]).drop(columns=list(MEASURED))
+
+
+def test_a_replayed_file_gives_identical_runs_in_a_pool_and_on_dask(tmp_path: Path):
+    """The same scenario read back from JSON and from CSV, run in this process, in a local
+    pool and on a Dask LocalCluster: the same numbers (the measured latencies aside)."""
+    distributed = pytest.importorskip("distributed")
+    instance = Instance.load(QUICK)
+    drawn = generate_scenario(instance, 4, ScenarioSettings(hours=1.0))
+    (tmp_path / "s.json").write_text(json.dumps(drawn.to_dict()))
+    (tmp_path / "s.csv").write_text(drawn.to_csv())
+    policies = [("static", "greedy"), ("event", "greedy"), ("periodic", "sailor")]
+    units = [_unit(Scenario.load(tmp_path / name, instance), instance, policies)
+             for name in ("s.json", "s.csv")]
+    here = [_numbers(run_online_unit(unit)) for unit in units]
+    pd.testing.assert_frame_equal(here[0], here[1])
+    pooled = map_tasks(run_online_unit, units, workers=2)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        remote = map_tasks(run_online_unit, units, scheduler=cluster.scheduler_address)
+    for result in (*pooled, *remote):
+        pd.testing.assert_frame_equal(_numbers(result), here[0])
+
+
+def test_the_command_writes_every_table_and_plot(tmp_path: Path):
+    out = tmp_path / "online"
+    done = run_module("evaluation.online", "--suite", "quick", "--match", "cn-hubs-k6",
+                      "--hours", "0.5", "--planners", "greedy", "--out", out, "--quiet")
+    assert done.returncode == 0, done.stderr
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert set(runs["policy"]) == {"oracle", "static:greedy", "periodic:greedy",
+                                   "event:greedy"}
+    assert (pd.read_csv(out / "policies.csv")["instances"] == 1).all()
+    assert "Online KPIs" in (out / "report.md").read_text()
+    assert len(list((out / "plots").glob("timeline-*.png"))) == 1
+    records = json.loads((out / "records.json").read_text())
+    assert records["provenance"]["hours"] == 0.5
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--policies", "sometimes"], "unknown kind 'sometimes'"),
+    (["--planners", "diloco"], "'diloco' cannot re-plan"),
+    (["--scenario", "absent.json"], "replays the events of one instance"),
+    (["--match", "cn-hubs-k6", "--scenario", "absent.json"], "absent.json"),
+    (["--headroom", "2"], "--headroom must be a finite number in [0, 0.95]"),
+])
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str):
+    done = run_module("evaluation.online", "--suite", "quick", "--out", tmp_path / "o",
+                      "--quiet", *args)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr, done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_state_series_by_hand(hand_instance):
+    events = [Event(10.0, EventKind.LOAD, 0, value=0.5),
+              Event(20.0, EventKind.NODE_FAILURE, 2, value=8, duration_s=10.0),
+              Event(25.0, EventKind.LATENCY, 0, 1, 3.0, 2.0),
+              Event(40.0, EventKind.DOMAIN_JOIN, 1)]
+    series = state_series(Scenario.of(60.0, events), hand_instance)
+    assert series.times.tolist() == [0.0, 10.0, 20.0, 25.0, 27.0, 30.0, 40.0]
+    assert series.free_gpus.tolist() == [[32, 0, 32], [16, 0, 32], [16, 0, 24], [16, 0, 24],
+                                         [16, 0, 24], [16, 0, 32], [16, 16, 32]]
+    assert series.latency_factor[3, 0, 1] == 3.0 and series.latency_factor[4, 0, 1] == 1.0
+    state = series.instance_at(3)
+    assert state.links.latency_ms[0, 1] == 90.0 and state.free_gpus.tolist() == [16, 0, 24]
+    assert np.isinf(series.next_change(40.0)) and series.next_change(12.0) == 20.0
+
+
+def test_cost_model_state_bytes_unchanged(cost: CostModel):
+    """The named byte counts give the ZeRO-1 figure they replaced (the hand instance)."""
+    assert cost.state_bytes_per_param(1, 4) == (16.0 - 12.0) + 12.0 / 4
