@@ -169,8 +169,8 @@ def _parser() -> argparse.ArgumentParser:
              "or move of free GPUs that triggers a decision"),
             ("--period", "period_s", 1.0, 1e7, "periodic: seconds between decisions"),
             ("--payback", "payback_s", 0.0, 1e7, "seconds within which a migration must pay"),
-            ("--max-stop", "max_stop_s", 0.0, 1e7, "seconds a switch the running plan does "
-             "not need may stop training"),
+            ("--max-stop", "max_stop_s", 0.0, 1e7, "seconds a switch may stop training "
+             "(a plan that must go exceeds it only where no candidate is that quick)"),
             ("--checkpoint-interval", "checkpoint_interval_s", 1.0, 1e7,
              "seconds between checkpoints")):
         parser.add_argument(flag, dest=field, type=number_arg(low, high),

@@ -20,9 +20,9 @@ a decision weighs the planner's plan for the state, its plan within the running 
 domains (little state to move) and the running plan itself (where it still fits within its
 headroom) by the tokens each would train within ``payback_s`` (closed-form rates in the
 state) less those lost while training stops to move state: a migration happens only where
-it pays for itself, and, unless the running plan must go, only where it stops training at
-most ``max_stop_s``. Where no plan leaves the headroom, the planner is asked again
-without it.
+it pays for itself, and only where it stops training at most ``max_stop_s``, unless the
+running plan must go and no candidate is that quick. Where no plan leaves the headroom,
+the planner is asked again without it.
 
 :class:`Oracle`: re-plans at every change with the exact engine, no headroom, for free
 (:mod:`formulation.training_run` charges it nothing): the upper bound of the KPIs.
@@ -76,8 +76,8 @@ class PolicySettings:
     payback_s: float = 1800.0
     """A migration must pay for itself within this time."""
     max_stop_s: float = 20.0
-    """A switch the running plan does not need (it still fits) may stop training at most
-    this long (the seeds' 20 s recovery); a plan that must go takes the best switch."""
+    """A switch may stop training at most this long (the seeds' 20 s recovery); a plan that
+    must go takes a longer one only where no candidate is this quick."""
     checkpoint_interval_s: float = 300.0
     """Checkpoints of every policy's runs (none for the oracle): a failure loses at most
     this much work and the store's write, within the seeds' 10 min interruption; each
@@ -235,21 +235,23 @@ class ReplanningPolicy:
             seconds, spent = max(seconds, more), spent + now
         if plan is None:
             return new, seconds + time.perf_counter() - started - spent
-        best, best_score = plan, -math.inf
         must_go = bool(np.any(plan_domain_gpus(plan, state.num_domains) > state.free_gpus))
+        scored = []  # (within the stop bound, score, candidate)
         if not self._at_risk(state, plan):
-            best_score = rate(state, plan) * self.settings.payback_s
+            scored.append((True, rate(state, plan) * self.settings.payback_s, plan))
         for candidate in candidates:
             if candidate is None or candidate == plan:
                 continue
             stop = migration_time(state, migration_bytes(state, plan, candidate)) \
                 + self.costs.switch_s
-            if self.planner.bound_s + self.costs.prepare_s + stop > time_left \
-                    or (stop > self.settings.max_stop_s and not must_go):
+            if self.planner.bound_s + self.costs.prepare_s + stop > time_left:
                 continue
-            score = rate(state, candidate) * max(0.0, self.settings.payback_s - stop)
-            if score > best_score:
-                best, best_score = candidate, score
+            within = stop <= self.settings.max_stop_s
+            if within or must_go:
+                scored.append((within, rate(state, candidate)
+                               * max(0.0, self.settings.payback_s - stop), candidate))
+        # within the stop bound if any candidate is (a plan that must go may exceed it)
+        best = max(scored, key=lambda item: item[:2], default=(True, 0.0, plan))[2]
         return best, seconds + time.perf_counter() - started - spent
 
     def observe(self, now: float, state: Instance, plan: Plan | None, trigger: Trigger,
