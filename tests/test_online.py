@@ -218,6 +218,37 @@ def test_the_oracle_is_never_below_any_policy():
             assert kpis["goodput_tokens_per_h"] <= oracle["goodput_tokens_per_h"], policy.name
 
 
+def test_the_oracle_keeps_its_plan_without_asking_when_nothing_got_better(hand_instance,
+                                                                         monkeypatch):
+    """A latency spike on a link its plan does not use, or GPUs taken where it has none,
+    cannot make another plan faster: the oracle keeps its plan, also when the state comes
+    back to the one it proved the plan in, and asks the engine again once something got
+    better than there (or its own links or GPUs changed)."""
+    from evaluation.replanning import still_optimal
+
+    links = hand_instance.links
+    spiked = hand_instance.with_link_state(latency_ms=links.latency_ms
+                                           * np.array([[1, 1, 3], [1, 1, 1], [3, 1, 1]]))
+    assert still_optimal(hand_instance, spiked, PLAN_A)  # alpha-beta, not alpha-gamma
+    assert not still_optimal(hand_instance, spiked, PLAN_B)  # alpha-gamma spiked
+    assert not still_optimal(spiked, hand_instance, PLAN_A)  # the spike ends: better
+    fewer = hand_instance.with_link_state(free_gpus=[32, 16, 8])
+    assert still_optimal(hand_instance, fewer, PLAN_A) and not still_optimal(
+        hand_instance, hand_instance.with_link_state(free_gpus=[32, 4, 32]), PLAN_A)
+    oracle = Oracle()
+    calls = []
+    monkeypatch.setattr(oracle.planner, "decide",
+                        lambda state: calls.append(state) or (PLAN_A, 0.5, 0.5))
+    assert oracle.observe(0.0, hand_instance, None, Trigger.START).plan == PLAN_A
+    assert oracle.observe(1.0, spiked, PLAN_A, Trigger.CHANGE).plan == PLAN_A
+    assert len(calls) == 1
+    oracle.observe(2.0, hand_instance, PLAN_A, Trigger.CHANGE)  # back where it was proven
+    assert len(calls) == 1
+    oracle.observe(3.0, hand_instance.with_link_state(free_gpus=[40, 16, 32]), PLAN_A,
+                   Trigger.CHANGE)  # more GPUs free: a faster plan may fit
+    assert len(calls) == 2
+
+
 def _unit(scenario: Scenario, instance: Instance, policies) -> OnlineUnit:
     options = {name: method.options_type() for name, method in METHODS.items()}
     return OnlineUnit(instance.to_dict(), scenario.to_dict(), tuple(policies), options,
