@@ -41,7 +41,7 @@ from evaluation.methods import (
     options_from_args,
     unavailable_methods,
 )
-from evaluation.online_metrics import compare, run_kpis, tokens_between
+from evaluation.online_metrics import compare, run_kpis, throughput
 from evaluation.replanning import (
     KINDS,
     ORACLE,
@@ -127,9 +127,7 @@ def run_online_unit(unit: OnlineUnit) -> dict:
                "planner": planner or ORACLE, **kpis[name],
                **compare(kpis[name], kpis[ORACLE], static)}
         rows.append(row)
-    bins = max(1, math.ceil(scenario.horizon_s / TIMELINE_BIN_S))
-    timelines = {name: [tokens_between(record, i * TIMELINE_BIN_S, (i + 1) * TIMELINE_BIN_S)
-                        / TIMELINE_BIN_S for i in range(bins)]
+    timelines = {name: throughput(record, TIMELINE_BIN_S).tolist()
                  for name, record in runs.items()}
     failures = sorted({e.time_s for e in scenario.events
                        if e.kind.value in ("node_failure", "domain_failure")})

@@ -39,7 +39,7 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
-from formulation.training_run import RunRecord, plan_domain_gpus
+from formulation.training_run import RunRecord
 
 PROGRESS = ("step", "partial")
 WAN_FREE_FACTOR = 1e6  # bandwidth x this and no latency: a WAN that costs nothing
@@ -66,9 +66,10 @@ def stability(record: RunRecord) -> tuple[float, float]:
                for i in record.interruptions if i["cause"] == "failure"]
     progressing = [(s.start_s, s.end_s) for s in record.segments
                    if s.kind in PROGRESS and not s.rolled_back]
+    merged = _merge(windows)
     total = sum(end - start for start, end in progressing)
-    excluded = sum(end - start for start, end in _merge(windows))
-    outside = total - sum(_overlap(a, b, _merge(windows)) for a, b in progressing)
+    excluded = sum(end - start for start, end in merged)
+    outside = total - sum(_overlap(a, b, merged) for a, b in progressing)
     span = record.horizon_s - excluded
     return (outside / span if span > 0 else math.nan), total / record.horizon_s
 
@@ -91,6 +92,20 @@ def tokens_between(record: RunRecord, a: float, b: float) -> float:
         if s.kind in PROGRESS and s.end_s > s.start_s:
             out += s.tokens * _overlap(a, b, [(s.start_s, s.end_s)]) / (s.end_s - s.start_s)
     return out
+
+
+def throughput(record: RunRecord, bin_s: float) -> np.ndarray:
+    """Tokens per second in each ``bin_s`` bin of the run, at each segment's own rate (as
+    :func:`tokens_between` reads them), in one pass over the segments."""
+    bins = max(1, math.ceil(record.horizon_s / bin_s))
+    out = np.zeros(bins)
+    for s in record.segments:
+        if s.kind not in PROGRESS or s.end_s <= s.start_s:
+            continue
+        rate = s.tokens / (s.end_s - s.start_s)
+        for i in range(int(s.start_s // bin_s), min(bins, math.ceil(s.end_s / bin_s))):
+            out[i] += rate * max(0.0, min(s.end_s, (i + 1) * bin_s) - max(s.start_s, i * bin_s))
+    return out / bin_s
 
 
 def adjustments(record: RunRecord) -> tuple[list[float], list[float]]:
@@ -146,7 +161,7 @@ def share_error(instance: Instance, record: RunRecord) -> float:
     k = instance.num_domains
 
     def shares(plan) -> np.ndarray:
-        used = plan_domain_gpus(plan, k).astype(float)
+        used = plan.gpus_by_domain(k).astype(float)
         return used / used.sum()
 
     weighted = total = 0.0

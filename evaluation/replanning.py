@@ -52,7 +52,6 @@ from formulation.training_run import (
     Trigger,
     migration_bytes,
     migration_time,
-    plan_domain_gpus,
 )
 
 KINDS = ("static", "periodic", "event")
@@ -91,10 +90,6 @@ POLICY_RANGES = {"period_s": (1.0, 1e7), "threshold": (0.0, 10.0), "headroom": (
 _ANSWERS: dict[tuple, tuple[Plan | None, float]] = {}  # (planner, state) -> plan, seconds
 
 
-def state_key(state: Instance) -> tuple:
-    return (state.content_hash(),)
-
-
 class Planner:
     """A method of the registry deciding for one state, its answers kept per process."""
 
@@ -109,7 +104,7 @@ class Planner:
     def decide(self, state: Instance) -> tuple[Plan | None, float, float]:
         """(its plan for ``state``, the wall time the decision took when it was made, the
         wall time spent now: 0 for a kept answer)."""
-        key = (self.name, repr(self.options), self.seed, *state_key(state))
+        key = (self.name, repr(self.options), self.seed, state.content_hash())
         spent = 0.0
         if key not in _ANSWERS:
             start = time.perf_counter()
@@ -142,7 +137,7 @@ def resize_in_place(state: Instance, plan: Plan) -> Plan | None:
     search space), the widest stages of a domain short of GPUs narrow until it fits, and
     recomputation rises where memory then needs it. The fastest such plan the evaluator
     admits, or None: a load change is met by growing or shrinking in place."""
-    search, free = state.search, state.free_gpus
+    search = state.search
     variants = []
     for dp in search.dp:
         if state.training.global_batch % (dp * plan.micro_batch):
@@ -150,7 +145,7 @@ def resize_in_place(state: Instance, plan: Plan) -> Plan | None:
         for scale in (0.25, 0.5, 1.0, 2.0, 4.0):
             stages = [dataclasses.replace(stage, tp=_nearest(search.tp, stage.tp * scale))
                       for stage in plan.stages]
-            stages = _narrow(state, dataclasses.replace(plan, dp=dp), stages, free)
+            stages = _narrow(state, dataclasses.replace(plan, dp=dp), stages)
             if stages is None:
                 continue
             for recompute in (None, *search.recompute):
@@ -169,12 +164,12 @@ def _nearest(values: tuple[int, ...], target: float) -> int:
     return min(values, key=lambda v: (abs(math.log(v / target)), v))
 
 
-def _narrow(state: Instance, plan: Plan, stages: list, free: np.ndarray) -> list | None:
+def _narrow(state: Instance, plan: Plan, stages: list) -> list | None:
     """``stages`` with the widest stage of a domain short of GPUs halved until each fits."""
     while True:
-        used = plan_domain_gpus(dataclasses.replace(plan, stages=tuple(stages)),
-                                state.num_domains)
-        short = set(np.flatnonzero(used > free).tolist())
+        used = dataclasses.replace(plan, stages=tuple(stages)).gpus_by_domain(
+            state.num_domains)
+        short = set(np.flatnonzero(used > state.free_gpus).tolist())
         if not short:
             return stages
         narrower = [(stage.tp, j) for j, stage in enumerate(stages)
@@ -235,7 +230,7 @@ class ReplanningPolicy:
             seconds, spent = max(seconds, more), spent + now
         if plan is None:
             return new, seconds + time.perf_counter() - started - spent
-        must_go = bool(np.any(plan_domain_gpus(plan, state.num_domains) > state.free_gpus))
+        must_go = bool(np.any(plan.gpus_by_domain(state.num_domains) > state.free_gpus))
         scored = []  # (within the stop bound, score, candidate)
         if not self._at_risk(state, plan):
             scored.append((True, rate(state, plan) * self.settings.payback_s, plan))
@@ -274,7 +269,7 @@ class ReplanningPolicy:
 
     def _at_risk(self, state: Instance, plan: Plan) -> bool:
         """Whether ``plan`` uses GPUs beyond the headroom of ``state`` (or beyond them)."""
-        used = plan_domain_gpus(plan, state.num_domains)
+        used = plan.gpus_by_domain(state.num_domains)
         return bool(np.any(used > with_headroom(state, self.headroom).free_gpus))
 
     def _triggered(self, state: Instance, plan: Plan) -> bool:
@@ -319,7 +314,7 @@ def still_optimal(before: Instance, after: Instance, plan: Plan) -> bool:
     """Whether ``plan``, optimal in ``before``, is optimal in ``after``: its GPUs are free
     and its links (both directions of every boundary) are as they were, and no link got
     faster nor any domain more free GPUs."""
-    used = plan_domain_gpus(plan, after.num_domains)
+    used = plan.gpus_by_domain(after.num_domains)
     a, b = before.links, after.links
     if np.any(used > after.free_gpus) or np.any(after.free_gpus > before.free_gpus) \
             or np.any(b.bandwidth_gbps > a.bandwidth_gbps) \

@@ -25,7 +25,6 @@ import numpy as np
 from formulation.diloco import DilocoPlan
 from formulation.families import AnyPlan, score
 from formulation.instance import Instance
-from formulation.plan import Plan
 from formulation.reference import simulated_step_time
 from formulation.trace import Trace
 from instances.traces import generate_trace
@@ -98,12 +97,8 @@ def _quasi_static_loss(instance: Instance, plan: DilocoPlan, seed: int,
 def domain_gpus(plan: AnyPlan, num_domains: int) -> np.ndarray:
     """GPUs the plan takes from each domain."""
     pipelines = plan.workers if isinstance(plan, DilocoPlan) else (plan,)
-    used = np.zeros(num_domains, dtype=np.int64)
-    for pipeline in pipelines:
-        assert isinstance(pipeline, Plan)
-        for stage in pipeline.stages:
-            used[stage.domain] += pipeline.dp * stage.tp
-    return used
+    return sum((pipeline.gpus_by_domain(num_domains) for pipeline in pipelines),
+               np.zeros(num_domains, dtype=np.int64))
 
 
 def load_stability(instance: Instance, plan: AnyPlan, seed: int,

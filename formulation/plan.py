@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from formulation.feasibility import check_micro_batches
 from formulation.instance import MAX_DOMAIN_GPUS, MAX_LAYERS, RECOMPUTE_MODES, Instance
 from formulation.outputs import write_json
@@ -64,6 +66,12 @@ class Plan:
 
     def gpus(self) -> int:
         return sum(self.dp * s.tp for s in self.stages)
+
+    def gpus_by_domain(self, num_domains: int) -> np.ndarray:
+        """(num_domains,) int64: the GPUs the plan takes from each domain."""
+        return np.bincount([s.domain for s in self.stages],
+                           weights=[self.dp * s.tp for s in self.stages],
+                           minlength=num_domains).astype(np.int64)
 
     def domains_used(self) -> list[int]:
         return sorted({s.domain for s in self.stages})

@@ -57,7 +57,7 @@ from typing import Protocol
 import numpy as np
 
 from formulation.costmodel import GBIT, PERSISTENT_BYTES_PER_PARAM
-from formulation.evaluator import cost_model, evaluate_plans
+from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reference import simulated_step_time
@@ -168,13 +168,6 @@ class RunRecord:
         return self.plans.index(plan)
 
 
-def plan_domain_gpus(plan: Plan, num_domains: int) -> np.ndarray:
-    used = np.zeros(num_domains, dtype=np.int64)
-    for stage in plan.stages:
-        used[stage.domain] += plan.dp * stage.tp
-    return used
-
-
 def layer_domains(plan: Plan) -> np.ndarray:
     """The domain of every layer, in model order."""
     return np.concatenate([np.full(stage.layers, stage.domain) for stage in plan.stages])
@@ -207,29 +200,27 @@ def migration_time(state: Instance, moves: dict[tuple[int, int], float]) -> floa
                 for (a, b), size in moves.items()), default=0.0)
 
 
-def domain_state_bytes(instance: Instance, plan: Plan) -> np.ndarray:
-    """Per domain, the persistent state bytes of the stages it holds (one copy)."""
+def stage_state_bytes(instance: Instance, plan: Plan) -> np.ndarray:
+    """Per stage, the persistent state bytes of its parameters (one copy): its layers, and
+    the embedding on the first stage, the LM head on the last."""
     cm = cost_model(instance)
-    out = np.zeros(instance.num_domains)
     last = plan.num_stages - 1
-    for j, stage in enumerate(plan.stages):
-        params = stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last)
-        out[stage.domain] += params * PERSISTENT_BYTES_PER_PARAM
-    return out
+    return np.array([(stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last))
+                     * PERSISTENT_BYTES_PER_PARAM for j, stage in enumerate(plan.stages)])
 
 
 def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts) -> float:
     """A checkpoint's pause: the largest per-GPU shard copied to host memory."""
-    cm = cost_model(instance)
-    last = plan.num_stages - 1
-    shard = max((stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last))
-                * PERSISTENT_BYTES_PER_PARAM / stage.tp for j, stage in enumerate(plan.stages))
-    return shard / (costs.host_copy_gbps * GBIT)
+    shards = stage_state_bytes(instance, plan) / np.array([s.tp for s in plan.stages])
+    return float(shards.max()) / (costs.host_copy_gbps * GBIT)
 
 
 def storage_time(instance: Instance, plan: Plan, costs: RunCosts) -> float:
     """Writing (or reading) a checkpoint of ``plan``: every domain its stages' state."""
-    return float(domain_state_bytes(instance, plan).max()) / (costs.storage_gbps * GBIT)
+    per_domain = np.bincount([s.domain for s in plan.stages],
+                             weights=stage_state_bytes(instance, plan),
+                             minlength=instance.num_domains)
+    return float(per_domain.max()) / (costs.storage_gbps * GBIT)
 
 
 @dataclass(frozen=True)
@@ -279,7 +270,7 @@ class _Run:
 
     def fits(self, plan: Plan, time_s: float) -> bool:
         free = self.states.free_gpus[self.states.index_at(time_s)]
-        return bool(np.all(plan_domain_gpus(plan, self.instance.num_domains) <= free))
+        return bool(np.all(plan.gpus_by_domain(self.instance.num_domains) <= free))
 
     def breaks(self, plan: Plan, start: float, end: float) -> float | None:
         """The first state change in (start, end] in which ``plan`` does not fit."""
@@ -535,10 +526,3 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
         if run.pending is not None and run.pending["ready_s"] <= now:
             now, plan = run.switch(now, plan)
     return run.record
-
-
-def nominal_rate(instance: Instance, plan: Plan) -> float:
-    """Tokens per second of ``plan`` at the instance's nominal state (closed form)."""
-    step = float(evaluate_plans(instance, [plan]).step_time_s[0])
-    return instance.training.global_batch * instance.model.seq_len / step if step > 0 \
-        else math.inf

@@ -499,9 +499,7 @@ def explain(instance: Instance, plan: Plan, result: Evaluation) -> list[str]:
                          f"{row['memory_gb']:.1f} of {result.usable_memory_gb:.1f} GB "
                          f"(tp {stage.tp}, recompute {stage.recompute}, "
                          f"{row['in_flight']} micro-batches in flight)")
-    used = np.bincount([s.domain for s in plan.stages],
-                       weights=[plan.dp * s.tp for s in plan.stages],
-                       minlength=instance.num_domains)
+    used = plan.gpus_by_domain(instance.num_domains)
     full = [names[k] for k in range(instance.num_domains)
             if used[k] and used[k] == instance.domains[k].free_gpus]
     if full:
