@@ -263,6 +263,13 @@ class Scheduler:
         return [code_pair[code] for code in order if code in code_pair] \
             + [i for i in within if cache.pair_codes[i] is None]
 
+    def _state_ready(self, instance: Instance) -> bool:
+        """Whether the environment was reset to ``instance``'s state with its rules and
+        reward scale (False: the model fits nowhere, not even one stage)."""
+        env = self.env
+        return env.task is not None and env.task.instance is instance \
+            and env.cache is env.caches.get(InstanceCache.key(instance))
+
     def ranked_pairs(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS
                      ) -> list[int]:
         """The pairs within the budgets (indices into ``self.env.cache.rules.pairs``), best
@@ -298,16 +305,19 @@ class Scheduler:
         polish = settings.polish
         episodes = settings.pairs == 0 or settings.policy_plan or settings.samples > 0 \
             or settings.starts or polish > 0
+        failure: NoFeasiblePlan | None = None  # the masks offer no pair within the budgets
         try:  # the first reset raises, before any sampling
             if episodes:
                 out, ranking = self._episodes(instance, weights, budgets, settings.samples,
                                               generator, settings.starts)
             else:
                 out, ranking = [], self.ranked_pairs(instance, weights, budgets)
-        except NoPlanWithinBudget:
-            raise
-        except NoFeasiblePlan:
-            return []
+        except NoFeasiblePlan as err:  # NoPlanWithinBudget included
+            if not settings.pairs or not self._state_ready(instance):
+                if isinstance(err, NoPlanWithinBudget):
+                    raise
+                return []
+            failure, out, ranking = err, [], []  # the lower level's DP may still find one
         env = self.env
         if polish > 0:
             scale, limits = env.cache.scale, env.budgets.limits()
@@ -327,6 +337,21 @@ class Scheduler:
                              {key: plan for key, (plan, _) in hints.items()}, deadline):
             if placed.plan is not None:
                 out.append((placed.plan, env.score(placed.plan)[0]))
+        if settings.pairs and not out:
+            # the masks' completion test is sufficient, not necessary: in a tight state the
+            # only plans may mix options (the test offers no pair) or the offered pairs may
+            # have none within the budgets; the DP places every other pair before "none"
+            beyond = (env.cache.tables_at(instance, index)
+                      for index in env.cache.pairs_beyond(env.budgets))
+            for placed in search(beyond, env.budgets, 0, True, None, deadline):
+                if placed.plan is not None:
+                    out.append((placed.plan, env.score(placed.plan)[0]))
+        if failure is not None:
+            if out:
+                return out
+            if isinstance(failure, NoPlanWithinBudget):
+                raise failure
+            return []
         if not episodes and (not out or deadline is not None
                              and time.perf_counter() >= deadline):
             # the lower level found nothing, or ran out of time: the policy's own plan too

@@ -205,14 +205,15 @@ class InstanceCache:
         self._rules_links = links_key(statics.tables[0].instance) if statics.tables else None
 
     def tables_at(self, instance: Instance, pair: int) -> PairTables:
-        """The tables of offered pair ``pair`` in ``instance``'s WAN link state. The rules'
+        """The tables of candidate pair ``pair`` (an index into ``rules.candidates``, whose
+        first ones are the offered pairs) in ``instance``'s WAN link state. The rules'
         tables keep the delays of the state the statics were made in (the masks need no
         others), but the lower level's DP places stages by the current ones. One object per
         pair and link state, for the ``LINK_STATES`` latest states: what the lower level
         learns about a pair is kept per table object."""
         key = links_key(instance)
         if key == self._rules_links:
-            return self.rules.pairs[pair]
+            return self.rules.candidates[pair]
         tables = self._links.pop(key, None)
         if tables is None:
             tables = {}
@@ -221,8 +222,16 @@ class InstanceCache:
         self._links[key] = tables
         out = tables.get(pair)
         if out is None:
-            out = tables[pair] = with_links(self.rules.pairs[pair], instance)
+            out = tables[pair] = with_links(self.rules.candidates[pair], instance)
         return out
+
+    def pairs_beyond(self, budgets: Budgets) -> list[int]:
+        """The candidate pairs (indices into ``rules.candidates``) the masks do not offer
+        within ``budgets``: those the completion test cannot start, those it cannot start
+        within the budgets, and those beyond the agent's action codes. Their plans, if any,
+        only the lower level's DP finds (:meth:`rl.decide.Scheduler.plans`)."""
+        within = set(self.pairs_within(budgets))
+        return [i for i in range(len(self.rules.candidates)) if i not in within]
 
     def pairs_within(self, budgets: Budgets) -> list[int]:
         """The offered pairs (indices) whose plans can meet ``budgets``."""

@@ -225,7 +225,11 @@ class PlanRules:
     pairs' tables if already built (:func:`solvers.tables.with_free_gpus` of the ones at
     full capacity: their options that fit no domain are never admitted); ``limits``: a
     dict of :class:`PairLimits` by (dp, micro-batch) to share between load states of one
-    instance (they depend on the memory caps only)."""
+    instance (they depend on the memory caps only).
+
+    ``pairs``: the pairs offered (a plan of them can be built by these rules);
+    ``candidates``: ``pairs`` followed by the ones the completion test cannot start, whose
+    plans, if any, mix options (the test is sufficient, not necessary)."""
 
     def __init__(self, instance: Instance, tables: list[PairTables] | None = None,
                  limits: dict | None = None):
@@ -241,6 +245,11 @@ class PlanRules:
         offered = [i for i in range(len(candidates)) if self.startable(i, NO_BUDGETS)]
         self.pairs = [candidates[i] for i in offered]
         self._dearest = [self._dearest[i] for i in offered]
+        # the pairs the test cannot complete may still have plans that mix options: they
+        # follow the offered ones, for a search that does not build plans by these rules
+        # (the lower level's DP, :mod:`rl.lower`)
+        kept = set(offered)
+        self.candidates = self.pairs + [t for i, t in enumerate(candidates) if i not in kept]
 
     def limits(self, pair: int) -> PairLimits:
         tables = self.pairs[pair]

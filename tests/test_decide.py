@@ -352,3 +352,30 @@ def test_an_instance_without_any_plan_gives_no_plans_and_a_clear_error(checkpoin
     with pytest.raises(InputError, match="no feasible plan exists"):
         scheduler.decide(hopeless, (1, 0, 0))
     assert scheduler.front(hopeless).points == []
+
+
+def test_a_state_the_masks_cannot_start_is_placed_by_the_lower_level(checkpoint: Path):
+    """After a failure the 70B instance's only plans mix (tp, recompute) options, which
+    the masks' uniform completion test cannot start: the policy alone finds none, the
+    lower level's DP finds the exact engine's least step time (to its precision)."""
+    from solvers.engine import NO_CAP
+    from solvers.epsilon import PairPool
+    from solvers.exact import ExactSettings, certifiers
+
+    instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
+    tight = instance.with_link_state(free_gpus=np.array([8, 1, 7, 7, 7]))
+    scheduler = Scheduler(checkpoint)
+    assert scheduler.env.cache_of(tight).rules.pairs == []  # no pair offered
+    assert scheduler.plans(tight, (1, 0, 0), settings=POLICY_ONLY) == []
+    decision = scheduler.decide(tight, (1, 0, 0))
+    assert decision.evaluation.feasible
+    assert len({(s.tp, s.recompute) for s in decision.plan.stages}) > 1
+    least = PairPool(certifiers(tight, ExactSettings(threads=1))).min_step(NO_CAP, NO_CAP)
+    assert least is not None
+    assert least.proven
+    assert decision.evaluation.step_time_s <= least.values.step_time_s * (1 + PERIOD_PRECISION)
+    within = scheduler.decide(tight, (0, 1, 0), Budgets(gpus=decision.evaluation.gpus))
+    assert within.evaluation.feasible and within.evaluation.gpus <= decision.evaluation.gpus
+    with pytest.raises(InputError, match="no feasible plan exists"):  # proven by the DP
+        scheduler.decide(instance.with_link_state(free_gpus=np.array([8, 1, 3, 3, 3])),
+                         (1, 0, 0))
