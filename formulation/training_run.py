@@ -32,7 +32,11 @@ a step count as they happen. What a change costs is charged as in a real job
 * **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary:
   training pauses while each GPU copies its shard to host memory (``host_copy_gbps``); the
   checkpoint becomes durable once every domain has written its stages' state
-  (``storage_gbps``), in the background.
+  (``storage_gbps``), in the background. A notice that the running plan will lose GPUs,
+  with no switch under way, makes the job checkpoint at each step boundary until the
+  change, whatever the interval (as a job checkpoints on a spot instance's reclaim
+  notice): the interruption then rolls back at most the steps since the last boundary
+  whose checkpoint was durable in time.
 
 An *oracle* policy (``Policy.oracle``) re-plans at every change with perfect knowledge and
 free migration: it switches at the very moment of a change, keeps the part of the step
@@ -281,6 +285,18 @@ class _Run:
             change = self.states.next_change(change)
         return None
 
+    def announced_loss(self, now: float, plan: Plan) -> bool:
+        """Whether a notice delivered by ``now`` announces a change after ``now`` that takes
+        ``plan``'s GPUs, and no switch is under way to replace it."""
+        if self.pending is not None:
+            return False
+        for _, effective in reversed(self.notices[:self.delivered]):
+            if effective <= now:  # the notices are in order of their (and so these) times
+                return False
+            if not self.fits(plan, effective):
+                return True
+        return False
+
     def next_point(self, after: float) -> Point:
         """The next state change or policy timer after ``after``, or the next notice not
         yet delivered (at ``after`` if it is due already); the horizon at most. At equal
@@ -521,7 +537,8 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
             break
         run.progress(now, end, "step", plan, run.record.tokens_per_step)
         now = end
-        if not policy.oracle and now - run.last_checkpoint >= policy.checkpoint_interval_s:
+        if not policy.oracle and (now - run.last_checkpoint >= policy.checkpoint_interval_s
+                                  or run.announced_loss(now, plan)):
             now = run.checkpoint(now, plan)
         if run.pending is not None and run.pending["ready_s"] <= now:
             now, plan = run.switch(now, plan)

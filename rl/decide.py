@@ -19,7 +19,11 @@ the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP, then, 
 ranking's order, of every further pair that one DP run cannot prove slower than the best
 plan so far (``--no-exhaust``: not these), all within ``--lower-time`` seconds (0 pairs:
 the policy's own plan only). The policy builds its own plan too with ``--policy-plan``, and
-always where the lower level finds none or runs out of time. ``--samples N`` also draws
+always where the lower level finds none or runs out of time. Where the ranked pairs give
+no plan (the masks offer none within the budgets, or the DP places none), the lower level
+places every other pair before the decision says there is none: the masks' completion
+test is sufficient, not necessary, and plans that mix (tp, recompute) options across
+stages may be all a tight state has (a failure on a 70B instance). ``--samples N`` also draws
 N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``

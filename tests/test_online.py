@@ -206,6 +206,25 @@ def test_a_load_swing_interrupts_a_static_plan_and_a_notice_lets_it_switch(hand_
     assert all(not s.rolled_back for s in noticed.segments)
 
 
+def test_a_notice_with_no_switch_checkpoints_until_the_change(hand_instance):
+    """The same load, announced 60 s before, to a policy that keeps its plan: the job
+    checkpoints at every step boundary from the notice on, so the interruption loses only
+    the step in progress; unannounced, every step since the start."""
+    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
+    step = simulated_step_time(hand_instance, PLAN_A)
+    noticed = simulate_run(hand_instance, scenario, Scripted(PLAN_A),
+                           dataclasses.replace(FAST, load_notice_s=60.0))
+    (interruption,) = noticed.interruptions
+    assert interruption["time_s"] == 100.0 and interruption["tokens_lost"] == 0.0
+    pauses = [s for s in noticed.segments if s.kind == "checkpoint"]
+    assert pauses and all(40.0 <= s.start_s < 100.0 for s in pauses)
+    kept = [s for s in noticed.segments if s.kind == "step" and not s.rolled_back]
+    assert len(kept) >= math.floor(100.0 / step) - 1  # the checkpoint pauses take a step
+    assert all(not s.rolled_back for s in noticed.segments)
+    unannounced = simulate_run(hand_instance, scenario, Scripted(PLAN_A), FAST)
+    assert not [s for s in unannounced.segments if s.kind == "checkpoint"]
+
+
 def test_the_oracle_is_never_below_any_policy():
     instance = Instance.load(QUICK)
     scenario = generate_scenario(instance, 3, ScenarioSettings(hours=1.0))
