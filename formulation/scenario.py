@@ -274,6 +274,8 @@ class StateSeries:
     bandwidth_factor: np.ndarray  # (n, K, K)
     latency_factor: np.ndarray  # (n, K, K)
     free_gpus: np.ndarray  # (n, K) int64
+    load_factor: np.ndarray  # (n, K): each domain's free GPUs against nominal, by load
+    withheld: np.ndarray  # (n, K): GPUs of failed nodes (inf: the domain is down or absent)
 
     def index_at(self, time_s: float) -> int:
         return int(np.searchsorted(self.times, time_s, side="right") - 1)
@@ -291,6 +293,19 @@ class StateSeries:
             bandwidth_gbps=links.bandwidth_gbps * self.bandwidth_factor[index],
             latency_ms=links.latency_ms * self.latency_factor[index],
             free_gpus=self.free_gpus[index])
+
+    def announced_free(self, now: int, then: int) -> np.ndarray:
+        """(K,) int64: the free GPUs a notice in state ``now`` announces for state ``then``:
+        the load of then (announced) less the failures and absences known now (failures
+        are not announced)."""
+        nominal = self.instance.free_gpus.astype(float)
+        free = np.floor(nominal * self.load_factor[then] + 1e-9) - self.withheld[now]
+        return np.maximum(free, 0).astype(np.int64)
+
+    def announced(self, now: int, then: int) -> Instance:
+        """The instance a notice in state ``now`` shows for state ``then``: the links as
+        they are now, the free GPUs of :meth:`announced_free`."""
+        return self.instance_at(now).with_link_state(free_gpus=self.announced_free(now, then))
 
 
 def state_series(scenario: Scenario, instance: Instance) -> StateSeries:
@@ -314,6 +329,7 @@ def state_series(scenario: Scenario, instance: Instance) -> StateSeries:
     bandwidth_out = np.ones((n, k, k))
     latency_out = np.ones((n, k, k))
     free_out = np.zeros((n, k), dtype=np.int64)
+    load_out, withheld_out = np.ones((n, k)), np.zeros((n, k))
     nominal = instance.free_gpus.astype(float)
     applied = started = 0
     active: list[Event] = []  # the timed events holding at the current time
@@ -342,7 +358,10 @@ def state_series(scenario: Scenario, instance: Instance) -> StateSeries:
                 down[e.domain] = True
         free = np.maximum(np.floor(nominal * load + 1e-9) - lost, 0)
         free_out[i] = np.where(down, 0, free).astype(np.int64)
-    return StateSeries(instance, times, bandwidth_out, latency_out, free_out)
+        load_out[i] = load
+        withheld_out[i] = np.where(down, np.inf, lost)
+    return StateSeries(instance, times, bandwidth_out, latency_out, free_out, load_out,
+                       withheld_out)
 
 
 def load_ceiling(instance: Instance) -> np.ndarray:

@@ -35,8 +35,10 @@ a step count as they happen. What a change costs is charged as in a real job
   (``storage_gbps``), in the background. A notice that the running plan will lose GPUs,
   with no switch under way, makes the job checkpoint at each step boundary until the
   change, whatever the interval (as a job checkpoints on a spot instance's reclaim
-  notice): the interruption then rolls back at most the steps since the last boundary
-  whose checkpoint was durable in time.
+  notice), where that checkpoint can be durable before the change: the interruption then
+  rolls back at most the steps since the last such boundary. A notice tells the announced
+  load; a failure in between is not announced (:meth:`~formulation.scenario.StateSeries
+  .announced`).
 
 An *oracle* policy (``Policy.oracle``) re-plans at every change with perfect knowledge and
 free migration: it switches at the very moment of a change, keeps the part of the step
@@ -286,14 +288,19 @@ class _Run:
         return None
 
     def announced_loss(self, now: float, plan: Plan) -> bool:
-        """Whether a notice delivered by ``now`` announces a change after ``now`` that takes
-        ``plan``'s GPUs, and no switch is under way to replace it."""
-        if self.pending is not None:
+        """Whether to checkpoint at the step boundary ``now``: a notice delivered by then
+        announces a change after ``now`` that takes ``plan``'s GPUs (by what the notice
+        tells, :meth:`announced_fits`), a checkpoint taken now is durable by then, and no
+        switch decided on a notice (one cut to be done by its change) is under way."""
+        if self.pending is not None and self.pending["cut_s"] is not None:
             return False
-        for _, effective in reversed(self.notices[:self.delivered]):
+        durable = now + checkpoint_pause(self.instance, plan, self.costs) \
+            + storage_time(self.instance, plan, self.costs)
+        for i in range(self.delivered - 1, -1, -1):
+            effective = self.notices[i][1]
             if effective <= now:  # the notices are in order of their (and so these) times
                 return False
-            if not self.fits(plan, effective):
+            if durable <= effective and not self.announced_fits(plan, now, effective):
                 return True
         return False
 
@@ -324,8 +331,8 @@ class _Run:
     def ask(self, point: Point, plan: Plan | None, trigger: Trigger | None = None
             ) -> Replan | None:
         trigger = trigger or point.trigger
-        answer = self.policy.observe(point.time_s, self.state(self.seen_at(point)), plan,
-                                     trigger, point.effective_s)
+        answer = self.policy.observe(point.time_s, self.observed(point), plan, trigger,
+                                     point.effective_s)
         if answer is not None:
             self.record.decisions.append({
                 "time_s": point.time_s, "trigger": str(trigger),
@@ -334,10 +341,22 @@ class _Run:
                 "changed": answer.plan is not None and answer.plan != plan})
         return answer
 
-    @staticmethod
-    def seen_at(point: Point) -> float:
-        """The time whose state a point shows: a notice's, the announced one."""
-        return point.time_s if point.effective_s is None else point.effective_s
+    def observed(self, point: Point) -> Instance:
+        """The state a point shows the policy: the state then; at a notice, the announced
+        one (:meth:`formulation.scenario.StateSeries.announced`: the links as they are,
+        the announced load, the failures known then)."""
+        states = self.states
+        if point.effective_s is None:
+            return self.state(point.time_s)
+        return states.announced(states.index_at(point.time_s),
+                                states.index_at(point.effective_s))
+
+    def announced_fits(self, plan: Plan, now: float, effective: float) -> bool:
+        """Whether ``plan`` fits the free GPUs a notice at ``now`` announces for
+        ``effective`` (what the job knows; an unannounced failure meanwhile is not)."""
+        states = self.states
+        free = states.announced_free(states.index_at(now), states.index_at(effective))
+        return bool(np.all(plan.gpus_by_domain(self.instance.num_domains) <= free))
 
     def add(self, start: float, end: float, kind: str, plan: Plan | None = None,
             tokens: float = 0.0) -> None:
@@ -424,12 +443,12 @@ class _Run:
         cut = None
         if point.effective_s is not None:
             effective = point.effective_s
-            stop = migration_time(self.state(effective),
+            stop = migration_time(self.state(point.time_s),  # the links as they are now
                                   migration_bytes(self.instance, plan, new)) \
                 + self.costs.switch_s
             if not self.fits(new, point.time_s):  # it needs what the change frees
                 ready = max(ready, effective)
-            if not self.fits(plan, effective):  # the running plan must go by then
+            if not self.announced_fits(plan, point.time_s, effective):  # it must go
                 cut = max(ready, effective - stop)
                 if ready > effective - stop and self.fits(new, point.time_s):
                     return  # too late: the change will interrupt it

@@ -23,7 +23,9 @@ always where the lower level finds none or runs out of time. Where the ranked pa
 no plan (the masks offer none within the budgets, or the DP places none), the lower level
 places every other pair before the decision says there is none: the masks' completion
 test is sufficient, not necessary, and plans that mix (tp, recompute) options across
-stages may be all a tight state has (a failure on a 70B instance). ``--samples N`` also draws
+stages may be all a tight state has (a failure on a 70B instance). If its time runs out
+first, the decision says "no plan found within the lower level's time limit", which
+proves nothing (:class:`NoPlanInTime`). ``--samples N`` also draws
 N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
@@ -67,6 +69,7 @@ from rl.env import (
     NoFeasiblePlan,
     NoPlanWithinBudget,
     PlanEnv,
+    describe_budgets,
     effective_budgets,
     links_key,
 )
@@ -83,6 +86,11 @@ TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is me
 # bounds on a decision's work: each sampled episode holds its environment in memory
 MAX_SAMPLES = 1024
 MAX_POLISH = 1000
+class NoPlanInTime(NoPlanWithinBudget):
+    """The masks offer no pair for the request and the lower level's DP found no plan of
+    the others before its time limit: nothing is proven (a budget sweep ends there too)."""
+
+
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
@@ -271,8 +279,9 @@ class Scheduler:
         """Whether the environment was reset to ``instance``'s state with its rules and
         reward scale (False: the model fits nowhere, not even one stage)."""
         env = self.env
-        return env.task is not None and env.task.instance is instance \
-            and env.cache is env.caches.get(InstanceCache.key(instance))
+        task, cache = getattr(env, "task", None), getattr(env, "cache", None)
+        return task is not None and task.instance is instance and cache is not None \
+            and cache is env.caches.get(InstanceCache.key(instance))
 
     def ranked_pairs(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS
                      ) -> list[int]:
@@ -341,26 +350,56 @@ class Scheduler:
                              {key: plan for key, (plan, _) in hints.items()}, deadline):
             if placed.plan is not None:
                 out.append((placed.plan, env.score(placed.plan)[0]))
+        ranked_found = bool(out)
         if settings.pairs and not out:
             # the masks' completion test is sufficient, not necessary: in a tight state the
             # only plans may mix options (the test offers no pair) or the offered pairs may
             # have none within the budgets; the DP places every other pair before "none"
-            beyond = (env.cache.tables_at(instance, index)
-                      for index in env.cache.pairs_beyond(env.budgets))
-            for placed in search(beyond, env.budgets, 0, True, None, deadline):
-                if placed.plan is not None:
-                    out.append((placed.plan, env.score(placed.plan)[0]))
-        if failure is not None:
-            if out:
-                return out
-            if isinstance(failure, NoPlanWithinBudget):
-                raise failure
+            out = self._placed(instance, env.cache.pairs_beyond(env.budgets), env.budgets,
+                               deadline)
+        if failure is not None and not out:
+            self._no_plan(instance, budgets, settings, failure, deadline)
             return []
-        if not episodes and (not out or deadline is not None
+        if failure is not None:
+            return out
+        if not episodes and (not ranked_found or deadline is not None
                              and time.perf_counter() >= deadline):
             # the lower level found nothing, or ran out of time: the policy's own plan too
             out += self._episodes(instance, weights, budgets, 0, generator)[0]
         return out
+
+    def _placed(self, instance: Instance, pairs: list[int], budgets: Budgets,
+                deadline: float | None) -> list[tuple[Plan, float]]:
+        """The lower level's plans of candidate ``pairs`` (every one a DP run cannot prove
+        slower than the best so far), each with its value in the episode reset last."""
+        env = self.env
+        tables = (env.cache.tables_at(instance, index) for index in pairs)
+        return [(placed.plan, env.score(placed.plan)[0])
+                for placed in search(tables, budgets, 0, True, None, deadline)
+                if placed.plan is not None]
+
+    def _no_plan(self, instance: Instance, budgets: Budgets, settings: DecisionSettings,
+                 failure: NoFeasiblePlan, deadline: float | None) -> None:
+        """Where neither the masks nor the lower level's DP over every pair found a plan:
+        raises :class:`NoPlanInTime` if the DP ran out of time, :class:`NoPlanWithinBudget`
+        if a plan exists without the request's GPU and cost budgets; returns where none
+        exists at all."""
+        late = NoPlanInTime(f"{instance.name}: no plan found within the lower level's time "
+                            f"limit ({settings.lower_time:g} s; a longer one may find one)")
+        if deadline is not None and time.perf_counter() >= deadline:
+            raise late
+        if isinstance(failure, NoPlanWithinBudget):
+            raise failure
+        if budgets.gpus is None and budgets.cost is None:
+            return
+        # the masks offer no pair at all: is there a plan without the request's budgets?
+        loose = effective_budgets(instance, NO_BUDGETS)
+        if self._placed(instance, list(range(len(self.env.cache.rules.candidates))), loose,
+                        deadline):
+            raise NoPlanWithinBudget(f"{instance.name}: no plan within budget "
+                                     f"({describe_budgets(self.env.budgets)})")
+        if deadline is not None and time.perf_counter() >= deadline:
+            raise late
 
     def decide(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
                settings: DecisionSettings = HIERARCHICAL) -> PlanDecision:

@@ -376,6 +376,28 @@ def test_a_state_the_masks_cannot_start_is_placed_by_the_lower_level(checkpoint:
     assert decision.evaluation.step_time_s <= least.values.step_time_s * (1 + PERIOD_PRECISION)
     within = scheduler.decide(tight, (0, 1, 0), Budgets(gpus=decision.evaluation.gpus))
     assert within.evaluation.feasible and within.evaluation.gpus <= decision.evaluation.gpus
-    with pytest.raises(InputError, match="no feasible plan exists"):  # proven by the DP
-        scheduler.decide(instance.with_link_state(free_gpus=np.array([8, 1, 3, 3, 3])),
-                         (1, 0, 0))
+    # 80 layers on at most 3 stages: tp 8 holds at most 41, tp 4 at most 20, and one
+    # domain has 8 free GPUs: 8 + 4 + 4 GPUs is the least
+    with pytest.raises(NoPlanWithinBudget, match="no plan within budget"):
+        scheduler.plans(tight, (1, 0, 0), Budgets(gpus=decision.evaluation.gpus - 1))
+    hopeless = instance.with_link_state(free_gpus=np.array([8, 1, 3, 3, 3]))
+    with pytest.raises(InputError, match="no feasible plan exists"):  # the DP ran to its end
+        scheduler.decide(hopeless, (1, 0, 0))
+
+
+def test_a_lower_level_out_of_time_proves_nothing_and_is_not_kept(checkpoint: Path):
+    """Where the masks offer no pair and the lower level's time runs out before its DP
+    places one, the decision says so (not "no plan"), and a later request with time finds
+    the plan; a state where not even one stage fits gives no plan from a new scheduler."""
+    from rl.decide import NoPlanInTime
+
+    instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
+    tight = instance.with_link_state(free_gpus=np.array([8, 1, 7, 7, 7]))
+    scheduler = Scheduler(checkpoint)
+    hurried = dataclasses.replace(DecisionSettings(), lower_time=1e-9)
+    for _ in range(2):  # not kept as the request's answer
+        with pytest.raises(NoPlanInTime, match="time limit"):
+            scheduler.plans(tight, (1, 0, 0), settings=hurried)
+    assert scheduler.plans(tight, (1, 0, 0))
+    empty = instance.with_link_state(free_gpus=np.zeros(5, dtype=np.int64))
+    assert Scheduler(checkpoint).plans(empty, (1, 0, 0)) == []

@@ -221,8 +221,42 @@ def test_a_notice_with_no_switch_checkpoints_until_the_change(hand_instance):
     kept = [s for s in noticed.segments if s.kind == "step" and not s.rolled_back]
     assert len(kept) >= math.floor(100.0 / step) - 1  # the checkpoint pauses take a step
     assert all(not s.rolled_back for s in noticed.segments)
-    unannounced = simulate_run(hand_instance, scenario, Scripted(PLAN_A), FAST)
-    assert not [s for s in unannounced.segments if s.kind == "checkpoint"]
+    # a switch decided on a timer, ready only after the change, does not stop them
+    late = simulate_run(hand_instance, scenario,
+                        Scripted(PLAN_A, timer_s=80.0, then=PLAN_C, notice_for=-1.0),
+                        dataclasses.replace(FAST, load_notice_s=60.0))
+    (interruption,) = late.interruptions
+    assert interruption["time_s"] == 100.0 and interruption["tokens_lost"] == 0.0
+    slow = simulate_run(hand_instance, scenario, Scripted(PLAN_A),  # never durable in time
+                        dataclasses.replace(FAST, load_notice_s=60.0, storage_gbps=1e-3))
+    assert not [s for s in slow.segments if s.kind == "checkpoint"]
+
+
+def test_a_notice_tells_the_announced_load_not_a_failure_meanwhile(hand_instance):
+    """A load on gamma (which the plan does not use) announced 60 s before, and beta failing
+    unannounced at 80 s: the notice gives no reason to checkpoint, so the failure rolls
+    back every step since the start; the policy is shown the load, not the failure."""
+    events = [Event(80.0, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0),
+              Event(100.0, EventKind.LOAD, 2, value=0.5)]
+    scenario = Scenario.of(300.0, events)
+    policy = Scripted(PLAN_A)
+    shown = []
+    observe = policy.observe
+
+    def spy(now, state, plan, trigger, deadline_s=None):
+        if trigger is Trigger.NOTICE:
+            shown.append(state.free_gpus.tolist())
+        return observe(now, state, plan, trigger, deadline_s)
+
+    policy.observe = spy
+    record = simulate_run(hand_instance, scenario, policy,
+                          dataclasses.replace(FAST, load_notice_s=60.0))
+    assert shown == [[32, 16, 16]]  # gamma's load; beta still up (its failure is unknown)
+    assert not [s for s in record.segments if s.kind == "checkpoint"]
+    (interruption,) = record.interruptions
+    assert interruption["cause"] == "failure" and interruption["tokens_lost"] == \
+        pytest.approx(math.floor(80.0 / simulated_step_time(hand_instance, PLAN_A))
+                      * record.tokens_per_step)
 
 
 def test_the_oracle_is_never_below_any_policy():
