@@ -384,10 +384,13 @@ class Scheduler:
         raises :class:`NoPlanInTime` if the DP ran out of time, :class:`NoPlanWithinBudget`
         if a plan exists without the request's GPU and cost budgets; returns where none
         exists at all."""
-        late = NoPlanInTime(f"{instance.name}: no plan found within the lower level's time "
-                            f"limit ({settings.lower_time:g} s; a longer one may find one)")
-        if deadline is not None and time.perf_counter() >= deadline:
-            raise late
+        def late() -> bool:
+            return deadline is not None and time.perf_counter() >= deadline
+
+        out_of_time = f"{instance.name}: no plan found within the lower level's time limit " \
+            f"({settings.lower_time} s; a longer one may find one)"
+        if late():
+            raise NoPlanInTime(out_of_time)
         if isinstance(failure, NoPlanWithinBudget):
             raise failure
         if budgets.gpus is None and budgets.cost is None:
@@ -398,8 +401,8 @@ class Scheduler:
                         deadline):
             raise NoPlanWithinBudget(f"{instance.name}: no plan within budget "
                                      f"({describe_budgets(self.env.budgets)})")
-        if deadline is not None and time.perf_counter() >= deadline:
-            raise late
+        if late():
+            raise NoPlanInTime(out_of_time)
 
     def decide(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
                settings: DecisionSettings = HIERARCHICAL) -> PlanDecision:

@@ -383,6 +383,10 @@ def test_a_state_the_masks_cannot_start_is_placed_by_the_lower_level(checkpoint:
     hopeless = instance.with_link_state(free_gpus=np.array([8, 1, 3, 3, 3]))
     with pytest.raises(InputError, match="no feasible plan exists"):  # the DP ran to its end
         scheduler.decide(hopeless, (1, 0, 0))
+    untimed = dataclasses.replace(DecisionSettings(), lower_time=None)  # as online re-plans
+    assert scheduler.plans(hopeless, (1, 0, 0), settings=untimed) == []
+    with pytest.raises(NoPlanWithinBudget, match="no plan within budget"):
+        scheduler.plans(tight, (1, 0, 0), Budgets(gpus=15), settings=untimed)
 
 
 def test_a_lower_level_out_of_time_proves_nothing_and_is_not_kept(checkpoint: Path):
