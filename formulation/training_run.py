@@ -13,10 +13,7 @@ a step count as they happen. What a change costs is charged as in a real job
   every step since the last *durable* checkpoint are lost. The job notices after the
   heartbeat timeout (``heartbeat_s x missed_heartbeats``); the policy then decides (its
   declared decision time is charged), the new plan's stages read their state from the
-  checkpoint store (``storage_gbps`` per domain) and start cold (``restart_s``). Each
-  domain's store keeps the parts its stages wrote (and outlives a failure of its GPUs):
-  a layer the new plan places in another domain comes over the WAN link from there,
-  as in a planned switch. A plan that
+  checkpoint store (``storage_gbps`` per domain) and start cold (``restart_s``). A plan that
   does not fit when it would start waits for the next change.
 * **Planned switch.** A policy that returns a new plan while the old one runs pays its
   decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
@@ -268,9 +265,8 @@ class _Run:
         self.record = RunRecord(policy.name, self.horizon,
                                 float(training.global_batch * instance.model.seq_len))
         self.tokens = 0.0  # committed by finished steps (less what rollbacks took back)
-        # checkpoints: (durable from, tokens, end of the last step it holds, the plan that
-        # wrote it: its stages' domains hold its parts; None: the model's initial state)
-        self.durable: list[tuple[float, float, float, Plan | None]] = [(0.0, 0.0, 0.0, None)]
+        # checkpoints: (durable from, tokens, end of the last step it holds)
+        self.durable: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)]
         self.last_checkpoint = 0.0
         self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
 
@@ -388,7 +384,7 @@ class _Run:
             return now
         self.add(now, now + pause, "checkpoint", plan)
         durable_from = now + pause + storage_time(self.instance, plan, self.costs)
-        self.durable.append((durable_from, self.tokens, now, plan))
+        self.durable.append((durable_from, self.tokens, now))
         self.last_checkpoint = now
         self.seen = max(self.seen, now + pause)
         return now + pause
@@ -399,7 +395,7 @@ class _Run:
         made, the plan it chose: the same one if it keeps it)."""
         before = self.tokens
         self.durable = [d for d in self.durable if d[0] <= at]
-        _, tokens, captured, _ = self.durable[-1]
+        _, tokens, captured = self.durable[-1]
         for segment in self.record.segments:
             if segment.kind in ("step", "partial") and segment.end_s > captured:
                 segment.rolled_back = True
@@ -420,16 +416,10 @@ class _Run:
         return detected + answer.charged_s, answer.plan
 
     def start(self, now: float, plan: Plan) -> float | None:
-        """Starting ``plan`` after a stop: its stages read the last checkpoint (from their
-        domain's store, or over the WAN from the domain that wrote a layer's part) and start
+        """Starting ``plan`` after a stop: its stages read the last checkpoint and start
         cold. Returns when it runs, or None if it loses GPUs meanwhile (then nothing is
         lost: nothing ran; returns with ``self.seen`` at that change)."""
-        written = next((d[3] for d in reversed(self.durable) if d[0] <= now), None)
-        read = storage_time(self.instance, plan, self.costs)
-        if written is not None:  # a layer that changed domain comes over the WAN
-            read = max(read, migration_time(self.state(now),
-                                            migration_bytes(self.instance, written, plan)))
-        ready = now + read + self.costs.restart_s
+        ready = now + storage_time(self.instance, plan, self.costs) + self.costs.restart_s
         lost = self.breaks(plan, now, ready)
         if lost is not None and lost < self.horizon:
             self.add(now, lost, "stopped")

@@ -43,17 +43,15 @@ PLAN_C = Plan(2, 1, (Stage(0, 24, 8),))  # alpha alone
 
 
 class Scripted:
-    """A policy that runs ``plan``, answers a timer or a notice with ``then`` and an
-    interruption with ``recover`` (None: it keeps its plan)."""
+    """A policy that runs ``plan`` and answers a timer or a notice with ``then``."""
 
     oracle = False
     name = "scripted"
 
     def __init__(self, plan: Plan, checkpoint_interval_s: float = 1e9,
                  timer_s: float = math.inf, then: Plan | None = None, charged_s: float = 1.0,
-                 notice_for: float | None = None, recover: Plan | None = None):
+                 notice_for: float | None = None):
         self.plan, self.then, self.timer_s, self.charged_s = plan, then, timer_s, charged_s
-        self.recover = recover
         self.checkpoint_interval_s = checkpoint_interval_s
         self.notice_for = notice_for  # answer only the notice of a change at this time
 
@@ -70,8 +68,6 @@ class Scripted:
             self.notices.append((now, deadline_s))
             if self.notice_for not in (None, deadline_s):
                 return None
-        if trigger is Trigger.INTERRUPTED and self.recover is not None:
-            return Replan(self.recover, self.charged_s, 0.0)
         if trigger in (Trigger.TIMER, Trigger.NOTICE) and self.then is not None:
             return Replan(self.then, self.charged_s, 0.0)
         if trigger is Trigger.CHANGE and plan is not None:
@@ -102,23 +98,6 @@ def test_a_failure_rolls_back_to_the_checkpoint_and_waits_for_its_gpus(hand_inst
     kpis = run_kpis(hand_instance, record)
     assert kpis["failure_switch_s_max"] == pytest.approx(90.0, abs=1e-3)
     assert kpis["failure_interruption_s_max"] == pytest.approx(90.0 + 3 * step, abs=1e-3)
-
-
-def test_a_restart_in_another_domain_reads_the_moved_layers_over_the_wan(hand_instance):
-    """beta fails at 20.5 s for good; the policy restarts on alpha alone (plan C) from the
-    checkpoint plan A wrote: beta's layers come over the beta -> alpha link (the store is
-    instant here), alpha's from its own store, then the cold start."""
-    scenario = Scenario.of(400.0, [Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=1e4)])
-    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A, 10.0, recover=PLAN_C),
-                          FAST)
-    (interruption,) = record.interruptions
-    moves = migration_bytes(hand_instance, PLAN_A, PLAN_C)
-    assert set(moves) == {(1, 0)}  # beta's stage and the LM head move to alpha
-    wan = moves[(1, 0)] / (hand_instance.links.bandwidth_gbps[1, 0] * GBIT) \
-        + hand_instance.links.latency_ms[1, 0] * 1e-3
-    assert wan > 1.0
-    assert interruption["resumed_s"] == pytest.approx(
-        20.5 + FAST.detection_s + 1.0 + wan + FAST.restart_s, abs=1e-6)
 
 
 def test_stability_leaves_out_the_recovery_from_a_failure(hand_instance):
