@@ -375,15 +375,21 @@ def _hippo_scheduler(options: HippoOptions):
     return scheduler
 
 
+HIPPO_REPLAN_BOUND_S = 1.0  # the seeds' bound on an inter-domain decision
+
+
 def _hippo_replan(instance: Instance, seed: int, options: HippoOptions) -> Plan | None:
-    """One Hi-PPO decision for least step time (preference (1, 0, 0), no budgets), the
-    lower level without a time limit so that it does not depend on the machine."""
+    """One Hi-PPO decision for least step time (preference (1, 0, 0), no budgets), its
+    lower level held to the DP work of ``HIPPO_REPLAN_BOUND_S`` (counted, not timed, so
+    that the decision does not depend on the machine)."""
     from formulation.evaluator import evaluate_plans
     from rl.decide import DecisionSettings
+    from solvers.chain import WORK_PER_SECOND
 
     scheduler = _hippo_scheduler(options)
     settings = DecisionSettings(**{**options.decision_settings(), "seed": seed,
-                                   "lower_time": None})
+                                   "lower_time": None,
+                                   "lower_work": int(HIPPO_REPLAN_BOUND_S * WORK_PER_SECOND)})
     plans = [plan for plan, _ in scheduler.plans(instance, (1.0, 0.0, 0.0),
                                                  settings=settings)]
     if not plans:
@@ -428,7 +434,8 @@ register(Method(
     "--hippo-policy-plan); --hippo-samples adds sampled plans, --hippo-polish their "
     "local-search optima",
     _hippo, HippoOptions, seeded=lambda options: options.samples > 0,
-    unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler))
+    unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler,
+    decision_bound_s=HIPPO_REPLAN_BOUND_S))
 
 ALL_METHODS = list(METHODS)
 

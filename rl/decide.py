@@ -73,7 +73,7 @@ from rl.env import (
     effective_budgets,
     links_key,
 )
-from rl.lower import forget, search
+from rl.lower import Allowance, forget, search
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import load_checkpoint
@@ -124,6 +124,11 @@ class DecisionSettings:
     """Seconds the lower level may take in one decision, all its pairs together (None:
     no limit); past it, a pair keeps the best plan its DP runs found. The seeds' bound on
     an inter-domain decision is 1 s."""
+    lower_work: int | None = None
+    """Units of DP work (:data:`solvers.chain.WORK_PER_SECOND` about a second here) the
+    lower level may spend in one decision, all its pairs together (None: no limit): a
+    limit counted, not timed, so that a decision is the same on any machine (the online
+    re-plans use it); with ``lower_time`` too, whichever ends first."""
     samples: int = 0
     """Episodes sampled from the policy besides the greedy one."""
     seed: int = 0
@@ -157,6 +162,10 @@ class DecisionSettings:
                                                 and 0 < self.lower_time <= MAX_DEADLINE_S):
             raise ValueError(f"lower_time must be a number of seconds in (0, "
                              f"{MAX_DEADLINE_S:g}], got {self.lower_time!r}")
+        if self.lower_work is not None and not (
+                isinstance(self.lower_work, int | np.integer)
+                and not isinstance(self.lower_work, bool) and self.lower_work >= 1):
+            raise ValueError(f"lower_work must be an integer >= 1, got {self.lower_work!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -341,13 +350,12 @@ class Scheduler:
             key = (plan.dp, plan.micro_batch)
             if key not in hints or value > hints[key][1]:
                 hints[key] = (plan, value)
-        deadline = None if settings.lower_time is None \
-            else time.perf_counter() + settings.lower_time
+        allowance = Allowance.of(settings.lower_time, settings.lower_work)
         # in the current link state, made as the search reaches them
         ranked = (env.cache.tables_at(instance, index) for index in ranking) \
             if settings.pairs else ()
         for placed in search(ranked, env.budgets, settings.pairs, settings.exhaust,
-                             {key: plan for key, (plan, _) in hints.items()}, deadline):
+                             {key: plan for key, (plan, _) in hints.items()}, allowance):
             if placed.plan is not None:
                 out.append((placed.plan, env.score(placed.plan)[0]))
         ranked_found = bool(out)
@@ -356,39 +364,41 @@ class Scheduler:
             # only plans may mix options (the test offers no pair) or the offered pairs may
             # have none within the budgets; the DP places every other pair before "none"
             out = self._placed(instance, env.cache.pairs_beyond(env.budgets), env.budgets,
-                               deadline)
+                               allowance)
         if failure is not None and not out:
-            self._no_plan(instance, budgets, settings, failure, deadline)
+            self._no_plan(instance, budgets, settings, failure, allowance)
             return []
         if failure is not None:
             return out
-        if not episodes and (not ranked_found or deadline is not None
-                             and time.perf_counter() >= deadline):
+        if not episodes and (not ranked_found or allowance is not None
+                             and allowance.spent()):
             # the lower level found nothing, or ran out of time: the policy's own plan too
             out += self._episodes(instance, weights, budgets, 0, generator)[0]
         return out
 
     def _placed(self, instance: Instance, pairs: list[int], budgets: Budgets,
-                deadline: float | None) -> list[tuple[Plan, float]]:
+                allowance: Allowance | None) -> list[tuple[Plan, float]]:
         """The lower level's plans of candidate ``pairs`` (every one a DP run cannot prove
         slower than the best so far), each with its value in the episode reset last."""
         env = self.env
         tables = (env.cache.tables_at(instance, index) for index in pairs)
         return [(placed.plan, env.score(placed.plan)[0])
-                for placed in search(tables, budgets, 0, True, None, deadline)
+                for placed in search(tables, budgets, 0, True, None, allowance)
                 if placed.plan is not None]
 
     def _no_plan(self, instance: Instance, budgets: Budgets, settings: DecisionSettings,
-                 failure: NoFeasiblePlan, deadline: float | None) -> None:
+                 failure: NoFeasiblePlan, allowance: Allowance | None) -> None:
         """Where neither the masks nor the lower level's DP over every pair found a plan:
         raises :class:`NoPlanInTime` if the DP ran out of time, :class:`NoPlanWithinBudget`
         if a plan exists without the request's GPU and cost budgets; returns where none
         exists at all."""
         def late() -> bool:
-            return deadline is not None and time.perf_counter() >= deadline
+            return allowance is not None and allowance.spent()
 
-        out_of_time = f"{instance.name}: no plan found within the lower level's time limit " \
-            f"({settings.lower_time} s; a longer one may find one)"
+        limit = f"{settings.lower_time:g} s" if settings.lower_time is not None \
+            else f"{settings.lower_work} units of DP work"
+        out_of_time = f"{instance.name}: no plan found within the lower level's limit " \
+            f"({limit}; a longer one may find one)"
         if late():
             raise NoPlanInTime(out_of_time)
         if isinstance(failure, NoPlanWithinBudget):
@@ -398,7 +408,7 @@ class Scheduler:
         # the masks offer no pair at all: is there a plan without the request's budgets?
         loose = effective_budgets(instance, NO_BUDGETS)
         if self._placed(instance, list(range(len(self.env.cache.rules.candidates))), loose,
-                        deadline):
+                        allowance):
             raise NoPlanWithinBudget(f"{instance.name}: no plan within budget "
                                      f"({describe_budgets(self.env.budgets)})")
         if late():

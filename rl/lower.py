@@ -38,11 +38,13 @@ is the answer again (its period is within the precision of the loose least perio
 the tight one); the plans found within the budgets (the chain's witnesses) bound the period
 from above, the floors proven from below.
 
-A decision may give the lower level a deadline: no DP run starts after it and each run
-stops at the work of the time left (:data:`solvers.chain.WORK_PER_SECOND`: units of the
-DP's work, candidate labels and dominance tests, whose rate varies far less between
-instances than that of labels); the placement is then the best plan found so far (none,
-if none), and is not remembered as an answer. The period bisection's runs cost about
+A decision may give the lower level an :class:`Allowance`: a deadline (no DP run starts
+after it and each run stops at the work of the time left, :data:`solvers.chain
+.WORK_PER_SECOND`: units of the DP's work, candidate labels and dominance tests, whose rate
+varies far less between instances than that of labels), or a number of those work units
+for all its runs together (counted, not timed: the same decision on any machine); the
+placement is then the best plan found so far (none, if none), and is not remembered as an
+answer. The period bisection's runs cost about
 1-50 ms each on the bench suite's K = 20 instances and up to seconds on the full search
 space's (README), so the deadline is what bounds a decision's latency there.
 
@@ -76,6 +78,40 @@ from solvers.tables import PairTables, choices_plan, plan_choices
 PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
 LEAST_WORK = 10_000  # what a DP run gets however little time is left (about 0.1 ms)
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
+
+
+class Allowance:
+    """What one decision's lower level may spend (module doc): wall time up to ``deadline``
+    (``time.perf_counter()`` seconds) and ``work`` units of the DP's work, whichever ends
+    first (None: no such limit)."""
+
+    def __init__(self, deadline: float | None = None, work: int | None = None):
+        self.deadline, self.work = deadline, work
+
+    @staticmethod
+    def of(seconds: float | None, work: int | None) -> Allowance | None:
+        """An allowance from now (None where neither limit is given)."""
+        if seconds is None and work is None:
+            return None
+        return Allowance(None if seconds is None else time.perf_counter() + seconds, work)
+
+    def spent(self) -> bool:
+        return (self.work is not None and self.work <= 0) or (
+            self.deadline is not None and time.perf_counter() >= self.deadline)
+
+    def next_run(self) -> int:
+        """The work the next DP run may do; raises :class:`OutOfTime` where none is left."""
+        if self.spent():
+            raise OutOfTime
+        work = UNLIMITED_WORK if self.work is None else self.work
+        if self.deadline is not None:
+            left = self.deadline - time.perf_counter()
+            work = min(work, max(LEAST_WORK, int(left * WORK_PER_SECOND)))
+        return work
+
+    def charge(self, work: int) -> None:
+        if self.work is not None:
+            self.work -= work
 
 
 @dataclass(frozen=True)
@@ -117,8 +153,8 @@ _MEMORY: weakref.WeakKeyDictionary[PairTables, _Memory] = weakref.WeakKeyDiction
 class _Runs:
     """DP runs on one pair under fixed budgets, repairing the relaxation as they go."""
 
-    def __init__(self, tables: PairTables, budgets: Budgets, deadline: float | None):
-        self.deadline = deadline
+    def __init__(self, tables: PairTables, budgets: Budgets, allowance: Allowance | None):
+        self.allowance = allowance
         self.chain = chain_of(tables)
         self.memory = _MEMORY.setdefault(tables, _Memory())
         caps = self.chain.caps(budgets.gpus, budgets.cost)  # with the instance's budget
@@ -157,16 +193,17 @@ class _Runs:
         save more labels than they cost (README)."""
         chain = self.chain
         while True:
-            work = UNLIMITED_WORK
-            if self.deadline is not None:
-                left = self.deadline - time.perf_counter()
-                if left <= 0:
-                    raise OutOfTime
-                work = max(LEAST_WORK, int(left * WORK_PER_SECOND))
+            allowance = self.allowance
+            work = UNLIMITED_WORK if allowance is None else allowance.next_run()
             self.runs += 1
             caps = self.caps()
-            found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
-                              work_budget=work)
+            before = chain.work
+            try:
+                found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
+                                  work_budget=work)
+            finally:
+                if allowance is not None:
+                    allowance.charge(chain.work - before)
             if found is None:
                 if feasibility:  # a proven floor for caps at least as tight
                     chain.period_floors.append((caps, period))
@@ -186,13 +223,13 @@ def forget() -> None:
 
 
 def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
-          precision: float = PERIOD_PRECISION, deadline: float | None = None) -> Placement:
-    """The lower level on one pair (module docstring); ``deadline`` in
-    ``time.perf_counter()`` seconds."""
+          precision: float = PERIOD_PRECISION, allowance: Allowance | None = None
+          ) -> Placement:
+    """The lower level on one pair (module docstring), within ``allowance``."""
     known = _known(tables, budgets, precision)
     if known is not None:
         return known
-    runs = _Runs(tables, budgets, deadline)
+    runs = _Runs(tables, budgets, allowance)
     memory = runs.memory
     choices = None if hint is None else plan_choices(tables, hint)
     if choices is not None:
@@ -221,7 +258,7 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
 
 
 def beaten(tables: PairTables, budgets: Budgets, step_time: float,
-           deadline: float | None = None) -> bool:
+           allowance: Allowance | None = None) -> bool:
     """Whether no plan of the pair within the budgets has a step time below ``step_time``,
     proven: every plan's step time is at least ``(m - 1) P + sum c`` with ``sum c`` at
     least the pair's least compute and ``P`` at least ``sum c / S``; where that bound does
@@ -241,7 +278,7 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
     if t.micro_batches == 1:
         return False
     period = (step_time - least_compute) / (t.micro_batches - 1)
-    runs = _Runs(tables, budgets, deadline)
+    runs = _Runs(tables, budgets, allowance)
     if runs.least_known_period() <= period:
         return False
     if runs.chain.known_period_floor(runs.caps()) >= period:
@@ -254,11 +291,11 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
 
 def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: bool = True,
            hints: Mapping[tuple[int, int], Plan] | None = None,
-           deadline: float | None = None) -> list[Placement]:
+           allowance: Allowance | None = None) -> list[Placement]:
     """The lower level over the pairs in the upper level's order (``ranked``): it places
     the ``first`` ones; then, with ``exhaust``, each further one that :func:`beaten` cannot
     prove slower than the best plan placed so far by more than the period precision, until
-    the deadline. ``hints``: a plan per (dp, micro-batch), to start that pair's search.
+    the allowance is spent. ``hints``: a plan per (dp, micro-batch), to start that pair's search.
 
     With ``exhaust``, the pairs whose placement an earlier decision on the state already
     answers (:func:`_known`: no DP run) come first and set the bound; a ``first`` pair the
@@ -275,14 +312,14 @@ def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: 
     for rank, tables in enumerate(ranked):
         if exhaust and answered[rank] is not None:
             continue
-        if rank >= first and (not exhaust or (deadline is not None
-                                              and time.perf_counter() >= deadline)):
+        if rank >= first and (not exhaust or (allowance is not None
+                                              and allowance.spent())):
             break
         if exhaust and best < math.inf \
-                and beaten(tables, budgets, best * (1 - PERIOD_PRECISION), deadline):
+                and beaten(tables, budgets, best * (1 - PERIOD_PRECISION), allowance):
             continue
         hint = None if hints is None else hints.get((tables.dp, tables.micro_batch))
-        placed = place(tables, budgets, hint=hint, deadline=deadline)
+        placed = place(tables, budgets, hint=hint, allowance=allowance)
         placements.append(placed)
         best = min(best, placed.step_time_s)
     return placements

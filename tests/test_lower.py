@@ -10,7 +10,16 @@ from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
 from rl.decide import DecisionSettings
-from rl.lower import PERIOD_PRECISION, Placement, beaten, forget, place, search
+from rl.lower import (
+    LEAST_WORK,
+    PERIOD_PRECISION,
+    Allowance,
+    Placement,
+    beaten,
+    forget,
+    place,
+    search,
+)
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.chain import chain_of
 from solvers.front import Front
@@ -133,12 +142,35 @@ def test_a_deadline_stops_the_runs_and_keeps_the_hint():
     pair = all_pair_tables(instance)[0]
     full = place(pair, Budgets())
     forget()  # cold again: nothing remembered
-    late = place(pair, Budgets(), hint=full.plan, deadline=time.perf_counter() - 1)
+    late = place(pair, Budgets(), hint=full.plan,
+                 allowance=Allowance(deadline=time.perf_counter() - 1))
     assert late.runs == 0 and late.plan == full.plan  # no run, the hint kept
-    assert place(pair, Budgets(), deadline=time.perf_counter() - 1).plan is None
+    assert place(pair, Budgets(), allowance=Allowance(time.perf_counter() - 1)).plan is None
     assert place(pair, Budgets()).runs >= 1  # a stopped placement is not an answer
     with pytest.raises(ValueError, match="lower_time"):
         DecisionSettings(lower_time=0)
+    with pytest.raises(ValueError, match="lower_work"):
+        DecisionSettings(lower_work=0)
+
+
+def test_a_work_allowance_stops_the_runs_the_same_way_every_time():
+    """Counted work, not time: a cold placement under the same allowance makes the same
+    runs and finds the same plan however fast the machine is; the runs charge it their
+    work, and one left without work does not start."""
+    instance = Instance.load(QUICK[2])
+    pair = all_pair_tables(instance)[0]
+    forget()
+    full = place(pair, Budgets())
+    outcomes = []
+    for _ in range(2):
+        forget()
+        allowance = Allowance(work=LEAST_WORK)
+        placed = place(pair, Budgets(), allowance=allowance)
+        outcomes.append((placed.runs, placed.plan, placed.step_time_s))
+        assert allowance.spent() and placed.runs < full.runs
+    assert outcomes[0] == outcomes[1]
+    forget()
+    assert place(pair, Budgets(), allowance=Allowance(work=0)).runs == 0
 
 
 def test_a_dp_run_stops_at_its_work_budget_and_counts_its_work():
