@@ -384,14 +384,21 @@ def _hippo_replan(instance: Instance, seed: int, options: HippoOptions) -> Plan 
     that the decision does not depend on the machine)."""
     from formulation.evaluator import evaluate_plans
     from rl.decide import DecisionSettings
+    from rl.env import NoFeasiblePlan
     from solvers.chain import WORK_PER_SECOND
 
     scheduler = _hippo_scheduler(options)
     settings = DecisionSettings(**{**options.decision_settings(), "seed": seed,
                                    "lower_time": None,
                                    "lower_work": int(HIPPO_REPLAN_BOUND_S * WORK_PER_SECOND)})
-    plans = [plan for plan, _ in scheduler.plans(instance, (1.0, 0.0, 0.0),
-                                                 settings=settings)]
+    # cold: a search stopped by its work limit leaves floors and witnesses in the lower
+    # level's memory that would let a later decision on the state reach further
+    scheduler.forget()
+    try:
+        plans = [plan for plan, _ in scheduler.plans(instance, (1.0, 0.0, 0.0),
+                                                     settings=settings)]
+    except NoFeasiblePlan:  # none found within the work limit, or none within budget
+        return None
     if not plans:
         return None
     result = evaluate_plans(instance, plans)

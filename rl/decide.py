@@ -23,9 +23,9 @@ always where the lower level finds none or runs out of time. Where the ranked pa
 no plan (the masks offer none within the budgets, or the DP places none), the lower level
 places every other pair before the decision says there is none: the masks' completion
 test is sufficient, not necessary, and plans that mix (tp, recompute) options across
-stages may be all a tight state has (a failure on a 70B instance). If its time runs out
-first, the decision says "no plan found within the lower level's time limit", which
-proves nothing (:class:`NoPlanInTime`). ``--samples N`` also draws
+stages may be all a tight state has (a failure on a 70B instance). If its time (or work,
+``DecisionSettings.lower_work``) runs out first, the decision says "no plan found within
+the lower level's limit", which proves nothing (:class:`NoPlanInTime`). ``--samples N`` also draws
 N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
@@ -77,7 +77,7 @@ from rl.lower import Allowance, forget, search
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.train import load_checkpoint
-from solvers.chain import MAX_DEADLINE_S
+from solvers.chain import MAX_DEADLINE_S, WORK_PER_SECOND
 from solvers.front import Front, versions
 from solvers.local_search import local_search
 
@@ -88,9 +88,11 @@ MAX_SAMPLES = 1024
 MAX_POLISH = 1000
 class NoPlanInTime(NoPlanWithinBudget):
     """The masks offer no pair for the request and the lower level's DP found no plan of
-    the others before its time limit: nothing is proven (a budget sweep ends there too)."""
+    the others within its time or work limit: nothing is proven (a budget sweep ends there
+    too)."""
 
 
+MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time allowed
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
@@ -163,9 +165,10 @@ class DecisionSettings:
             raise ValueError(f"lower_time must be a number of seconds in (0, "
                              f"{MAX_DEADLINE_S:g}], got {self.lower_time!r}")
         if self.lower_work is not None and not (
-                isinstance(self.lower_work, int | np.integer)
-                and not isinstance(self.lower_work, bool) and self.lower_work >= 1):
-            raise ValueError(f"lower_work must be an integer >= 1, got {self.lower_work!r}")
+                isinstance(self.lower_work, int) and not isinstance(self.lower_work, bool)
+                and 1 <= self.lower_work <= MAX_WORK):
+            raise ValueError(f"lower_work must be an integer in [1, {MAX_WORK}], got "
+                             f"{self.lower_work!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -395,12 +398,15 @@ class Scheduler:
         def late() -> bool:
             return allowance is not None and allowance.spent()
 
-        limit = f"{settings.lower_time:g} s" if settings.lower_time is not None \
-            else f"{settings.lower_work} units of DP work"
-        out_of_time = f"{instance.name}: no plan found within the lower level's limit " \
-            f"({limit}; a longer one may find one)"
+        def out_of_time() -> NoPlanInTime:  # the limit that ran out: work, or else time
+            worked_out = allowance.work is not None and allowance.work <= 0
+            limit = f"{settings.lower_work} units of DP work" if worked_out \
+                else f"{settings.lower_time:g} s"
+            return NoPlanInTime(f"{instance.name}: no plan found within the lower level's "
+                                f"limit ({limit}; a longer one may find one)")
+
         if late():
-            raise NoPlanInTime(out_of_time)
+            raise out_of_time()
         if isinstance(failure, NoPlanWithinBudget):
             raise failure
         if budgets.gpus is None and budgets.cost is None:
@@ -412,7 +418,7 @@ class Scheduler:
             raise NoPlanWithinBudget(f"{instance.name}: no plan within budget "
                                      f"({describe_budgets(self.env.budgets)})")
         if late():
-            raise NoPlanInTime(out_of_time)
+            raise out_of_time()
 
     def decide(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
                settings: DecisionSettings = HIERARCHICAL) -> PlanDecision:

@@ -87,3 +87,19 @@ def test_hippo_without_checkpoint_is_unavailable_and_says_why(monkeypatch, tmp_p
     assert unavailable_methods(given) == {}
     monkeypatch.setattr(methods, "HIPPO_CHECKPOINT", None)
     assert "not installed" in unavailable_methods(given)["hippo"]
+
+
+def test_a_hippo_replan_out_of_work_is_no_plan_not_an_error():
+    """A state where the masks offer no pair and 1 s of DP work finds none: the online
+    re-plan answers None (the policy waits), as where no plan exists, instead of raising."""
+    import numpy as np
+
+    from formulation.instance import Instance
+    from instances.suites import SUITES_DIR
+
+    instance = Instance.load(SUITES_DIR / "full" / "aws-10-k5-llama2-70b-s5100.json")
+    state = instance.with_link_state(free_gpus=np.array([4, 0, 4, 2, 4]))
+    hippo = methods.METHODS["hippo"]
+    options = hippo.options_type()
+    assert hippo.replan(state, 0, options) is None
+    assert hippo.replan(state, 0, options) is None  # and the same the second time
