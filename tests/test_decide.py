@@ -348,9 +348,13 @@ def test_an_instance_without_any_plan_gives_no_plans_and_a_clear_error(checkpoin
     hopeless = one_domain_view(Instance.load(SUITES_DIR / "quick"
                                              / "aws-10-k5-llama2-70b-s110.json"))
     scheduler = Scheduler(checkpoint)
-    assert scheduler.plans(hopeless, (1, 0, 0)) == []
+    # the masks offer no pair, so the lower level's DP tries every pair: without a time
+    # limit it proves there is none (with one, a cold machine compiling its kernels may
+    # only say it found none in time)
+    untimed = dataclasses.replace(DecisionSettings(), lower_time=None)
+    assert scheduler.plans(hopeless, (1, 0, 0), settings=untimed) == []
     with pytest.raises(InputError, match="no feasible plan exists"):
-        scheduler.decide(hopeless, (1, 0, 0))
+        scheduler.decide(hopeless, (1, 0, 0), settings=untimed)
     assert scheduler.front(hopeless).points == []
 
 
@@ -367,23 +371,26 @@ def test_a_state_the_masks_cannot_start_is_placed_by_the_lower_level(checkpoint:
     scheduler = Scheduler(checkpoint)
     assert scheduler.env.cache_of(tight).rules.pairs == []  # no pair offered
     assert scheduler.plans(tight, (1, 0, 0), settings=POLICY_ONLY) == []
-    decision = scheduler.decide(tight, (1, 0, 0))
+    # no time limit: a cold machine compiling the DP's kernels must not change the answer
+    untimed = dataclasses.replace(DecisionSettings(), lower_time=None)
+    decision = scheduler.decide(tight, (1, 0, 0), settings=untimed)
     assert decision.evaluation.feasible
     assert len({(s.tp, s.recompute) for s in decision.plan.stages}) > 1
     least = PairPool(certifiers(tight, ExactSettings(threads=1))).min_step(NO_CAP, NO_CAP)
     assert least is not None
     assert least.proven
     assert decision.evaluation.step_time_s <= least.values.step_time_s * (1 + PERIOD_PRECISION)
-    within = scheduler.decide(tight, (0, 1, 0), Budgets(gpus=decision.evaluation.gpus))
+    within = scheduler.decide(tight, (0, 1, 0), Budgets(gpus=decision.evaluation.gpus),
+                              settings=untimed)
     assert within.evaluation.feasible and within.evaluation.gpus <= decision.evaluation.gpus
     # 80 layers on at most 3 stages: tp 8 holds at most 41, tp 4 at most 20, and one
     # domain has 8 free GPUs: 8 + 4 + 4 GPUs is the least
     with pytest.raises(NoPlanWithinBudget, match="no plan within budget"):
-        scheduler.plans(tight, (1, 0, 0), Budgets(gpus=decision.evaluation.gpus - 1))
+        scheduler.plans(tight, (1, 0, 0), Budgets(gpus=decision.evaluation.gpus - 1),
+                        settings=untimed)
     hopeless = instance.with_link_state(free_gpus=np.array([8, 1, 3, 3, 3]))
     with pytest.raises(InputError, match="no feasible plan exists"):  # the DP ran to its end
-        scheduler.decide(hopeless, (1, 0, 0))
-    untimed = dataclasses.replace(DecisionSettings(), lower_time=None)  # as online re-plans
+        scheduler.decide(hopeless, (1, 0, 0), settings=untimed)
     assert scheduler.plans(hopeless, (1, 0, 0), settings=untimed) == []
     with pytest.raises(NoPlanWithinBudget, match="no plan within budget"):
         scheduler.plans(tight, (1, 0, 0), Budgets(gpus=15), settings=untimed)
@@ -402,6 +409,7 @@ def test_a_lower_level_out_of_time_proves_nothing_and_is_not_kept(checkpoint: Pa
     for _ in range(2):  # not kept as the request's answer
         with pytest.raises(NoPlanInTime, match="limit"):
             scheduler.plans(tight, (1, 0, 0), settings=hurried)
-    assert scheduler.plans(tight, (1, 0, 0))
+    assert scheduler.plans(tight, (1, 0, 0),
+                           settings=dataclasses.replace(hurried, lower_time=None))
     empty = instance.with_link_state(free_gpus=np.zeros(5, dtype=np.int64))
     assert Scheduler(checkpoint).plans(empty, (1, 0, 0)) == []
