@@ -275,7 +275,9 @@ class _Run:
         return self.states.instance_at(self.states.index_at(time_s))
 
     def fits(self, plan: Plan, time_s: float) -> bool:
-        free = self.states.free_gpus[self.states.index_at(time_s)]
+        return self._within(plan, self.states.free_gpus[self.states.index_at(time_s)])
+
+    def _within(self, plan: Plan, free: np.ndarray) -> bool:
         return bool(np.all(plan.gpus_by_domain(self.instance.num_domains) <= free))
 
     def breaks(self, plan: Plan, start: float, end: float) -> float | None:
@@ -355,8 +357,8 @@ class _Run:
         """Whether ``plan`` fits the free GPUs a notice at ``now`` announces for
         ``effective`` (what the job knows; an unannounced failure meanwhile is not)."""
         states = self.states
-        free = states.announced_free(states.index_at(now), states.index_at(effective))
-        return bool(np.all(plan.gpus_by_domain(self.instance.num_domains) <= free))
+        return self._within(plan, states.announced_free(states.index_at(now),
+                                                        states.index_at(effective)))
 
     def add(self, start: float, end: float, kind: str, plan: Plan | None = None,
             tokens: float = 0.0) -> None:

@@ -86,16 +86,16 @@ TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is me
 # bounds on a decision's work: each sampled episode holds its environment in memory
 MAX_SAMPLES = 1024
 MAX_POLISH = 1000
-class NoPlanInTime(NoPlanWithinBudget):
-    """The masks offer no pair for the request and the lower level's DP found no plan of
-    the others within its time or work limit: nothing is proven (a budget sweep ends there
-    too)."""
-
-
 MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time allowed
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
+
+
+class NoPlanInTime(NoPlanWithinBudget):
+    """The masks offer no pair for the request and the lower level's DP found no plan of
+    the others within its time or work limit: nothing is proven (a budget sweep ends there
+    too)."""
 
 
 def preference_grid(steps: int = 10) -> list[tuple[float, float, float]]:
@@ -354,13 +354,9 @@ class Scheduler:
             if key not in hints or value > hints[key][1]:
                 hints[key] = (plan, value)
         allowance = Allowance.of(settings.lower_time, settings.lower_work)
-        # in the current link state, made as the search reaches them
-        ranked = (env.cache.tables_at(instance, index) for index in ranking) \
-            if settings.pairs else ()
-        for placed in search(ranked, env.budgets, settings.pairs, settings.exhaust,
-                             {key: plan for key, (plan, _) in hints.items()}, allowance):
-            if placed.plan is not None:
-                out.append((placed.plan, env.score(placed.plan)[0]))
+        out += self._placed(instance, ranking if settings.pairs else [], env.budgets,
+                            allowance, settings.pairs, settings.exhaust,
+                            {key: plan for key, (plan, _) in hints.items()})
         ranked_found = bool(out)
         if settings.pairs and not out:
             # the masks' completion test is sufficient, not necessary: in a tight state the
@@ -380,13 +376,17 @@ class Scheduler:
         return out
 
     def _placed(self, instance: Instance, pairs: list[int], budgets: Budgets,
-                allowance: Allowance | None) -> list[tuple[Plan, float]]:
-        """The lower level's plans of candidate ``pairs`` (every one a DP run cannot prove
-        slower than the best so far), each with its value in the episode reset last."""
+                allowance: Allowance | None, first: int = 0, exhaust: bool = True,
+                hints: dict | None = None) -> list[tuple[Plan, float]]:
+        """The lower level's plans of candidate ``pairs`` in that order
+        (:func:`rl.lower.search`: the ``first`` ones, then with ``exhaust`` every one a
+        DP run cannot prove slower than the best so far), each with its value in the
+        episode reset last."""
         env = self.env
+        # in the current link state, made as the search reaches them
         tables = (env.cache.tables_at(instance, index) for index in pairs)
         return [(placed.plan, env.score(placed.plan)[0])
-                for placed in search(tables, budgets, 0, True, None, allowance)
+                for placed in search(tables, budgets, first, exhaust, hints, allowance)
                 if placed.plan is not None]
 
     def _no_plan(self, instance: Instance, budgets: Budgets, settings: DecisionSettings,
