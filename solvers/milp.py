@@ -130,6 +130,13 @@ def build_model(tables: PairTables) -> pyo.ConcreteModel:
     model.first_compute_def = pyo.Constraint(positions, rule=lambda m_, p: m_.first_compute[p] >= (
         sum(float(t.first_time[c[2]]) * m_.z[c] for c in by_position[p])
         - max_first * (1 - first(p))))
+    # ... and at most that, so that it is exact: an epigraph the solver could inflate would
+    # let a plan buy the WAN share cap's period with compute it does not have (audit seed
+    # 1061896966: a plan 1.3e-4 short of the period the cap needs, "optimal")
+    model.first_compute_on = pyo.Constraint(positions, rule=lambda m_, p: m_.first_compute[p] <= (
+        sum(float(t.first_time[c[2]]) * m_.z[c] for c in by_position[p])))
+    model.first_compute_first = pyo.Constraint(positions, rule=lambda m_, p: (
+        m_.first_compute[p] <= max_first * first(p)))
     model.compute = pyo.Expression(positions, rule=lambda m_, p: sum(
         float(t.layer_time[c[2]]) * m_.n[c]
         + (float(t.last_time[c[2]]) * m_.z[c] if p == 0 else 0.0) for c in by_position[p])

@@ -24,7 +24,7 @@ from solvers.bruteforce import brute_force_front, enumerate_plans
 from solvers.certify import ModelMismatch, check_values
 from solvers.engine import NO_CAP, ModelValues, SolveRequest, SolveStatus
 from solvers.epsilon import SweepState, SweepStats
-from solvers.exact import assemble, exact_front, seed_plans
+from solvers.exact import ExactSettings, assemble, exact_front, seed_plans
 from solvers.front import Front, dominated_by, fronts_agree
 from solvers.highs import HighsEngine
 from solvers.tables import all_pair_tables, pair_tables
@@ -178,6 +178,22 @@ def test_optional_constraints_match_brute_force(constraints, engine):
 
     instance = tiny_instance(4, **TINY[0]).replace(constraints=Constraints(**constraints))
     exact = exact_front(instance, engine)
+    assert exact.status == "exact"
+    assert fronts_agree(exact, brute_force_front(instance))
+
+
+def test_the_milp_cannot_pad_a_stage_to_meet_the_wan_share_cap():
+    """The audit's case (seed 1061896966, its 4th instance): the first stage's embedding
+    compute was an epigraph, which HiGHS inflated on another stage to reach the period the
+    WAN share cap needs; the plan, 1.3e-4 short of that period, was called optimal. The
+    compute is exact now, and the front is brute force's."""
+    from instances.tiny import audit_instance
+
+    rng = np.random.default_rng(1061896966)
+    instance = [audit_instance(rng) for _ in range(4)][-1]
+    assert instance.constraints.wan_share_cap is not None
+    settings = ExactSettings(engine="highs", threads=2, seeds="baselines")
+    exact = exact_front(instance, settings=settings)
     assert exact.status == "exact"
     assert fronts_agree(exact, brute_force_front(instance))
 
