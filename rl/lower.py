@@ -18,7 +18,13 @@ The lower level:
    earlier decisions on the same instance state proved (a :class:`~solvers.chain.Chain` is
    kept per pair and state, so a warm decision or the next step of a budget sweep starts
    with a narrow interval);
-2. **the plan of least S** at that period.
+2. **the plan of least S** at that period, the DP starting with the least S of the plans
+   found at that period as its incumbent (it then prunes from its first label, not from
+   its first complete plan; the same plan).
+
+A feasibility run first dives for a plan (:meth:`solvers.chain.Chain.dive`, a depth-first
+search that finds one in milliseconds at most periods above the least), and only where the
+dive finds none does the label DP decide.
 
 The step time is ``(m - 1) P + S + A + O``; step 1 and 2 minimise the first two terms, the
 largest ones. What it leaves to the exact engine's branch and bound is the trade of a
@@ -161,6 +167,7 @@ class _Runs:
         self.gpus, self.cost = caps.gpus, caps.cost
         self.runs = 0
         self.best: Terms | None = None  # the best plan found within the budgets
+        self.found: list[Terms] = []  # every plan found within the budgets
 
     def caps(self):
         """The budgets' caps, with the domains the chain tracks now."""
@@ -174,6 +181,16 @@ class _Runs:
         return min((p for n, c, p in self.chain.witnesses if self.fits(n, c)),
                    default=math.inf)
 
+    def least_s(self, period: float) -> float:
+        """Just above the least S of a plan found within the budgets with a period at most
+        ``period``: the least-S run at that period has such a plan, so this cap, its
+        incumbent from the first label, prunes what it would only have pruned after its
+        first complete plan and changes no answer (inf where there is none)."""
+        m = self.chain.tables.micro_batches
+        return min((t.values.step_time_s - (m - 1) * t.period - t.allreduce - t.optimizer
+                    for t in self.found if t.period <= period), default=math.inf) \
+            * (1 + 1e-9) + 1e-12
+
     def offer(self, terms: Terms) -> None:
         """Keep ``terms`` if it is a plan (no domain overused, the share cap met) within
         the budgets, and remember any plan as a witness."""
@@ -181,13 +198,17 @@ class _Runs:
             return
         values = terms.values
         self.chain.witnesses.append((values.gpus, values.comm_cost, terms.period))
-        if self.fits(values.gpus, values.comm_cost) and (
-                self.best is None or values.step_time_s < self.best.values.step_time_s):
+        if not self.fits(values.gpus, values.comm_cost):
+            return
+        self.found.append(terms)
+        if self.best is None or values.step_time_s < self.best.values.step_time_s:
             self.best = terms
 
-    def at(self, period: float, feasibility: bool) -> Terms | None:
+    def at(self, period: float, feasibility: bool, value_cap: float = math.inf
+           ) -> Terms | None:
         """A plan of the relaxation with period at most ``period`` (with ``feasibility``,
-        any; otherwise the one of least S), repaired: None if there is none. A plan that
+        any; otherwise the one of least S below ``value_cap``), repaired: None if there is
+        none. A plan that
         only breaks the WAN share cap is returned, not kept (:meth:`offer`). The bound tables
         are made at ``period`` itself: tighter than one table for a whole bisection, they
         save more labels than they cost (README)."""
@@ -199,8 +220,8 @@ class _Runs:
             caps = self.caps()
             before = chain.work
             try:
-                found = chain.run(caps, period, MIN_STEP, feasibility=feasibility,
-                                  work_budget=work)
+                found = chain.run(caps, period, MIN_STEP, value_cap=value_cap,
+                                  feasibility=feasibility, work_budget=work)
             finally:
                 if allowance is not None:
                     allowance.charge(chain.work - before)
@@ -250,7 +271,7 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
                 low = mid
             else:
                 high = min(mid, found.period)
-        runs.at(high * (1 + 1e-9), False)
+        runs.at(high * (1 + 1e-9), False, value_cap=runs.least_s(high * (1 + 1e-9)))
     except (LabelBudgetExceeded, OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
     memory.answers.append((runs.gpus, runs.cost, precision, runs.best))

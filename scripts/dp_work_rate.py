@@ -7,8 +7,10 @@ pair of each suite instance at the budgets of up to ``--points`` points of its c
 exact front, timing each DP run (solvers.label_kernels.label_dp; a run stops at ``--cap``
 units of work, a few seconds, so that the script ends in minutes). Prints, per suite and
 overall, the runs' work per second (total, and the 1st / 50th percentile of runs of at
-least 10 ms) beside their labels per second: the deadline of a decision is turned into a
-work budget at the rate the slowest runs reach, so that a run ends near its deadline.
+least 10 ms) beside their labels per second, and the candidates a second of the dives
+before feasibility runs (solvers.chain.PROBE_SPEED): the deadline of a decision is turned
+into a work budget at the rate the slowest runs reach, so that a run ends near it. Also the
+wall time of the placements per suite.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from solvers.front import Front
 from solvers.tables import all_pair_tables
 
 RUNS: list[tuple[float, int, int]] = []  # (seconds, work, labels) per DP run
+PLACED: dict[str, float] = {}  # seconds of the placements (DP runs, dives, the rest), by suite
+DIVES: list[tuple[float, int]] = []  # (seconds, candidates) per dive before a feasibility run
 MAX_POINTS = 10_000
 MAX_CAP = 1e12  # units of work of one DP run: hours at the measured rates
 
@@ -58,14 +62,25 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(lambda: _measure(args))
 
 
+def _timed_dive(kernel):
+    def run(*args):
+        start = time.perf_counter()
+        out = kernel(*args)
+        DIVES.append((time.perf_counter() - start, int(out[1])))
+        return out
+    return run
+
+
 def _measure(args: argparse.Namespace) -> None:
-    kernel = solvers.chain.label_dp
+    kernel, dive = solvers.chain.label_dp, solvers.chain.probe
     solvers.chain.label_dp = _timed(kernel, int(args.cap))
+    solvers.chain.probe = _timed_dive(dive)
     RUNS.clear()
+    DIVES.clear()
     try:
         _rates(args)
     finally:  # the DP runs untimed again for whatever runs next in this process
-        solvers.chain.label_dp = kernel
+        solvers.chain.label_dp, solvers.chain.probe = kernel, dive
 
 
 def _rates(args: argparse.Namespace) -> None:
@@ -78,6 +93,7 @@ def _rates(args: argparse.Namespace) -> None:
             instance = Instance.load(path)
             front = Front.load(FRONTS_DIR / suite / f"{path.stem}.front.json", instance)
             forget()
+            start = time.perf_counter()
             pairs = all_pair_tables(instance)
             step = max(1, len(front.points) // args.points)
             for point in front.points[::step][:args.points]:
@@ -85,9 +101,12 @@ def _rates(args: argparse.Namespace) -> None:
                 budgets = Budgets(gpus=int(gpus), cost=cost * (1 + COST_TOLERANCE))
                 for tables in pairs:
                     place(tables, budgets)
+            PLACED[suite] = PLACED.get(suite, 0.0) + time.perf_counter() - start
             print(f"{suite}/{path.stem}: {len(RUNS) - first} runs", flush=True)
         rows[suite] = RUNS[first:]
     rows["all"] = RUNS
+    for suite, seconds in PLACED.items():
+        print(f"{suite}: the placements took {seconds:.1f} s in all")
     for name, runs in rows.items():
         if not runs:
             print(f"{name:6s} {0:6d} runs")
@@ -106,6 +125,15 @@ def _rates(args: argparse.Namespace) -> None:
               f"{work.sum() / seconds.sum() / 1e6:6.1f} M work/s, "
               f"{labels.sum() / seconds.sum() / 1e6:5.2f} M labels/s; runs >= 10 ms "
               f"({long.sum()}): {slow}")
+    if DIVES:  # what solvers.chain.PROBE_SPEED is set from
+        seconds, work = np.array(DIVES, dtype=float).T
+        long = seconds >= 0.001
+        slow = (f"p1 {np.percentile(work[long] / seconds[long], 1) / 1e6:.0f} M, p50 "
+                f"{np.percentile(work[long] / seconds[long], 50) / 1e6:.0f} M"
+                if long.any() else "none")
+        rate = work.sum() / seconds.sum() / 1e6
+        print(f"dives  {len(DIVES):6d}, {seconds.sum():7.1f} s: {rate:6.1f} M candidates/s; "
+              f"dives >= 1 ms ({long.sum()}): {slow}")
 
 
 if __name__ == "__main__":

@@ -24,20 +24,28 @@ import numpy as np
 
 from formulation.result import evaluate
 from solvers.engine import ModelValues
-from solvers.label_kernels import LABEL_LIMIT, completion, label_dp, least_gpus
+from solvers.label_kernels import LABEL_LIMIT, completion, label_dp, least_gpus, probe
 from solvers.tables import PairTables, StageChoice, choice_terms, choices_plan
 
 OPEN = 1e30  # an absent cap
 LABEL_BUDGET = 4_000_000  # labels of one DP run (about 0.5 GB); beyond it the run stops
 UNLIMITED_WORK = 2 ** 62
-# Work units (a candidate label, a label visited by a dominance walk) a DP run does a second
-# on this machine, what a caller with a deadline turns its time left into: the 1st
-# percentile over the runs of 10 ms or more (`python scripts/dp_work_rate.py`: 7.8 M on the
-# bench suite, 8.2 M on the full one; median 17.5 M and 18.3 M, where labels a second differ
-# threefold between the suites' 1st percentiles, 0.20 M and 0.06 M), so that a run rarely
-# outlasts its time.
-WORK_PER_SECOND = 8_000_000
+# Work units (a candidate label, pruned or kept; a label visited by a dominance walk) a DP
+# run does a second on this machine, what a caller with a deadline turns its time left
+# into: the 1st percentile over the runs of 10 ms or more (`python scripts/dp_work_rate.py`:
+# 8.2 M on the bench suite, 6.9 M on the full one; median 11.6 M and 11.9 M), so that a run
+# rarely outlasts its time. Candidates a bound prunes count too: with the least-S run's
+# incumbent from its first label (rl.lower) most are pruned, and uncounted they left runs
+# at 0.3 M units a second at the 1st percentile (the same script before they counted).
+WORK_PER_SECOND = 7_000_000
 MAX_DEADLINE_S = 3600.0  # the longest time a caller may give DP runs (its work stays an int)
+# Candidates a feasibility run's dive (solvers.label_kernels.probe) may try before the label
+# DP decides: a few milliseconds, against the hundreds to thousands a DP run that finds a
+# plan takes on the full search space's K = 20 instances. A dive's candidate costs less
+# than a unit of the DP's work (no dominance walk): 60 M a second at the 1st percentile of
+# the dives of 1 ms or more, 252 M at the median (the same script), so it is charged 1/8.
+PROBE_WORK = 1_000_000
+PROBE_SPEED = 8
 TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
 
 
@@ -99,6 +107,7 @@ class Chain:
         self.witnesses: list[tuple[int, float, float]] = []
         self.runs = self.labels = self.work = 0  # DP runs, the labels and work they made
         self._tables: tuple[float, tuple[np.ndarray, np.ndarray]] | None = None
+        self._caps: tuple[tuple[float, float, float], tuple[np.ndarray, np.ndarray]] | None = None
 
     def caps(self, gpu_cap: float | None, cost_cap: float | None) -> Caps:
         """The caps of a request, with the instance's cost budget, and the critical domains
@@ -137,7 +146,11 @@ class Chain:
                    optimizer: float = OPEN) -> tuple[np.ndarray, np.ndarray]:
         """The most layers a stage holds, per (position, domain, option), as a middle stage
         and as the first stage (embedding): memory, period, and the all-reduce and optimizer
-        caps, each the largest n whose value (computed as :meth:`terms` does) is within."""
+        caps, each the largest n whose value (computed as :meth:`terms` does) is within.
+        The last call's answer is kept: a feasibility run's dive and DP read the same."""
+        key = (period, allreduce, optimizer)
+        if self._caps is not None and self._caps[0] == key:
+            return self._caps[1]
         t = self.tables
         positions, domains, options, layers = t.positions, t.num_domains, t.num_options, t.layers
         edge = np.zeros((positions, options))
@@ -159,6 +172,7 @@ class Chain:
                          + t.allreduce_fixed[None, :, :, None])
                 cap = np.minimum(cap, _largest_within(value <= allreduce))
             out.append(cap)
+        self._caps = (key, (out[0], out[1]))
         return out[0], out[1]
 
     def bound_tables(self, period: float) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +197,8 @@ class Chain:
             label_budget: int = LABEL_BUDGET, work_budget: int = UNLIMITED_WORK
             ) -> Terms | None:
         """The plan of least DP value below ``value_cap`` under the caps (with
-        ``feasibility``: any plan), or None. Bound tables are made at ``tables_at``
+        ``feasibility``: any plan, from a dive, :func:`~solvers.label_kernels.probe`, where
+        one finds it within ``PROBE_WORK``), or None. Bound tables are made at ``tables_at``
         (default: the period). Raises :class:`LabelBudgetExceeded` past ``label_budget``
         labels or ``work_budget`` units of work (:func:`~solvers.label_kernels.label_dp`)."""
         t = self.tables
@@ -193,6 +208,15 @@ class Chain:
             marks[k] = i
         wan_limit = period if self.share is None else min(period, self.share * period)
         rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
+        candidates = min(PROBE_WORK, work_budget * PROBE_SPEED)
+        if feasibility and candidates > 0:  # a dive first: most such runs have plans it finds
+            before = self.work
+            found = self.dive(caps, period, candidates, allreduce, optimizer, tables_at)
+            work_budget -= self.work - before
+            if found is not None:
+                return found
+            if work_budget <= 0:
+                raise LabelBudgetExceeded
         out = label_dp(float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
                        t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first,
                        self.free, t.delay, t.occupancy, float(wan_limit), self.cost,
@@ -216,6 +240,28 @@ class Chain:
         count = len(stages)
         return self.terms({count - 1 - q: StageChoice(int(d), int(x), int(y))
                            for q, (d, x, y) in enumerate(stages)})
+
+    def dive(self, caps: Caps, period: float, candidates: int = PROBE_WORK,
+             allreduce: float = OPEN, optimizer: float = OPEN,
+             tables_at: float | None = None) -> Terms | None:
+        """A plan under the caps with period at most ``period`` found by the depth-first
+        dive of :func:`~solvers.label_kernels.probe` within ``candidates``, or None (which
+        proves nothing). Its work is counted at ``1 / PROBE_SPEED`` unit a candidate."""
+        t = self.tables
+        cap, cap_first = self.layer_caps(period, allreduce, optimizer)
+        wan_limit = period if self.share is None else min(period, self.share * period)
+        rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
+        found, work, domain, option, layers = probe(
+            float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
+            t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first, self.free,
+            t.delay, t.occupancy, float(wan_limit), self.cost, caps.gpus, float(caps.cost),
+            rest, self.units, gpus, int(candidates))
+        self.work += -(-int(work) // PROBE_SPEED)
+        if not found:
+            return None
+        self.runs += 1
+        return self.terms({p: StageChoice(int(domain[p]), int(option[p]), int(layers[p]))
+                           for p in range(found)})
 
     # -- the period floor ---------------------------------------------------------------------
     def period_above(self, gpu_cap: float | None, cost_cap: float | None,

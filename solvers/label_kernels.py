@@ -127,9 +127,10 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     ``feasibility``: ignore the value, return the first complete plan.
 
     It stops (status ``LABEL_LIMIT``) at ``label_budget`` labels (memory) or past
-    ``work_budget`` units of work: a candidate label and each label a dominance walk visits
-    count one, since the walks are most of the time and a label's cost in time varies far
-    more between instances than a unit of work's (``solvers.chain.WORK_PER_SECOND``).
+    ``work_budget`` units of work: a candidate label (kept or pruned by a bound) and each
+    label a dominance walk visits count one, since the walks are most of the time and a
+    label's cost in time varies far more between instances than a unit of work's
+    (``solvers.chain.WORK_PER_SECOND``).
 
     The dominance tests are most of the time (measured on the K = 20 full-space instance:
     a run of 250,000 labels made 2.8 million candidates). Labels are kept in one list per
@@ -215,6 +216,14 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                             if m1 > 0.0:
                                 break
                             l1 = l0 + n
+                            # a candidate counts even where a bound prunes it: with an
+                            # incumbent from the start most are pruned here, and their
+                            # time would otherwise run uncounted
+                            work += 1
+                            if work > work_budget:
+                                return (LABEL_LIMIT, best, count, work, parent, option,
+                                        count_l, dom, best_parent, best_option, best_layers,
+                                        best_domain)
                             if n1 + gpus_left_min[j, l1] > gpu_cap:
                                 continue
                             rest = completion_bound[j, l1, k, u_key]
@@ -227,11 +236,6 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                             m_key = max(m1, carry_floor)
                             n_key = n1 if n1 + gpus_left_max[j, l1] > gpu_cap else 0
                             c_key = c1 if c1 + cost_left_max[j, l1] > cost_cap else 0.0
-                            work += 1
-                            if work > work_budget:
-                                return (LABEL_LIMIT, best, count, work, parent, option,
-                                        count_l, dom, best_parent, best_option, best_layers,
-                                        best_domain)
                             old = 0
                             if ck >= 0:
                                 old = used[ck]
@@ -340,3 +344,121 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
         previous_start = start
     return (0, best, count, work, parent, option, count_l, dom, best_parent, best_option,
             best_layers, best_domain)
+
+
+@nb.njit(cache=True)
+def probe(period, layers, positions, domains, options, dp, layer_time, first_time, last_time,
+          gpus, cap, cap_first, free, delay, occupancy, wan_limit, cost, gpu_cap, cost_cap,
+          completion_bound, units, gpus_left_min, work_budget):
+    """A plan whose period is at most ``period``, by a depth-first dive, before
+    :func:`label_dp` pays for a feasibility run: most such runs are asked of periods many
+    plans meet, where the label DP still makes every label of every position before its
+    first complete plan, and a dive finds one in a few thousand steps. Nothing is relaxed:
+    the GPUs of every domain are counted over all its stages, so a plan found needs no
+    repair. The same checks as :func:`label_dp` (stage caps, windows, WAN occupancy, the
+    GPU and cost caps, a completion that exists). At each position the candidates are one
+    per (domain, option), its most layers that pass, tried in the order of layers per GPU
+    (fewest GPUs first where budgets bind), the previous stage's domain first among equals;
+    a candidate that closes the plan as its first stage is tried before any other.
+
+    Gives up after ``work_budget`` candidates (a failed dive proves nothing; the label DP
+    then decides). Returns (found, work, domain, option, layers): the stages at positions
+    0..found-1 (found = 0: none).
+    """
+    width = domains * options
+    cand_k = np.empty((positions, width), np.int64)
+    cand_o = np.empty((positions, width), np.int64)
+    cand_n = np.empty((positions, width), np.int64)
+    score = np.empty(width, np.float64)
+    order = np.empty((positions, width), np.int64)
+    size = np.zeros(positions, np.int64)
+    at = np.zeros(positions, np.int64)  # the next candidate to try, per position
+    used = np.zeros(domains, np.int64)
+    # the state before each position's stage: layers, GPUs, cost, window excess
+    s_l = np.zeros(positions + 1, np.int64)
+    s_n = np.zeros(positions + 1, np.int64)
+    s_c = np.zeros(positions + 1, np.float64)
+    s_m = np.zeros(positions + 1, np.float64)
+    dom = -np.ones(positions, np.int64)
+    opt = -np.ones(positions, np.int64)
+    lay = np.zeros(positions, np.int64)
+    work = 0
+    j = 0
+    fresh = True  # position j's candidates are still to be listed
+    while j >= 0:
+        if fresh:
+            fresh = False
+            at[j], size[j] = 0, 0
+            l0, n0, c0, m0 = s_l[j], s_n[j], s_c[j], s_m[j]
+            k0 = dom[j - 1] if j > 0 else -1
+            for k in range(domains):
+                if j == 0:
+                    d2, price = 0.0, 0.0
+                elif k == k0:
+                    d2, price = 2.0 * delay[k, k], 0.0
+                else:
+                    if occupancy[k, k0] > wan_limit:
+                        continue
+                    d2, price = 2.0 * delay[k, k0], cost[k, k0]
+                c1 = c0 + price
+                if c1 > cost_cap:
+                    continue
+                carry = max(0.0, m0 + d2) if j > 0 else 0.0
+                for o in range(options):
+                    work += 1
+                    g1 = used[k] + gpus[o]
+                    n1 = n0 + gpus[o]
+                    if g1 > free[k] or n1 > gpu_cap:
+                        continue
+                    edge = last_time[o] if j == 0 else 0.0
+                    n = layers - l0  # the first stage: it takes the layers left
+                    if 1 <= n <= cap_first[j, k, o] \
+                            and n * layer_time[o] + edge + first_time[o] - period + carry <= 0.0:
+                        dom[j], opt[j], lay[j] = k, o, n
+                        return j + 1, work, dom, opt, lay
+                    if j == positions - 1:
+                        continue
+                    u = min(g1 // dp, units)
+                    most = min(cap[j, k, o], layers - l0 - 1,
+                               int((period - carry - edge) / layer_time[o]))
+                    for n in range(most, 0, -1):
+                        work += 1
+                        l1 = l0 + n
+                        if n * layer_time[o] + edge - period + carry > 0.0:
+                            continue
+                        if n1 + gpus_left_min[j, l1] > gpu_cap \
+                                or completion_bound[j, l1, k, u] >= INF:
+                            continue
+                        i = size[j]
+                        cand_k[j, i], cand_o[j, i], cand_n[j, i] = k, o, n
+                        score[i] = -n / gpus[o] - (1e-6 if k == k0 else 0.0)
+                        size[j] += 1
+                        break
+            if size[j] > 0:
+                order[j, :size[j]] = np.argsort(score[:size[j]], kind="mergesort")
+        if work > work_budget:
+            return 0, work, dom, opt, lay
+        # undo the stage tried last at position j, if any
+        if dom[j] >= 0:
+            used[dom[j]] -= gpus[opt[j]]
+            dom[j] = -1
+        if at[j] >= size[j]:  # none left: back to the position before
+            j -= 1
+            continue
+        i = order[j, at[j]]
+        at[j] += 1
+        k, o, n = cand_k[j, i], cand_o[j, i], cand_n[j, i]
+        k0 = dom[j - 1] if j > 0 else -1
+        d2 = 0.0 if j == 0 else 2.0 * delay[k, k0]
+        price = 0.0 if j == 0 or k == k0 else cost[k, k0]
+        carry = max(0.0, s_m[j] + d2) if j > 0 else 0.0
+        edge = last_time[o] if j == 0 else 0.0
+        dom[j], opt[j], lay[j] = k, o, n
+        used[k] += gpus[o]
+        s_l[j + 1] = s_l[j] + n
+        s_n[j + 1] = s_n[j] + gpus[o]
+        s_c[j + 1] = s_c[j] + price
+        s_m[j + 1] = n * layer_time[o] + edge - period + carry
+        j += 1
+        fresh = True
+    return 0, work, dom, opt, lay

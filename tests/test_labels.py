@@ -192,3 +192,41 @@ def test_domains_a_relaxed_plan_overuses_become_tracked_and_the_optimum_holds():
         assert evaluate(instance, solve.plan).feasible
         tracked += bool(engine.chain.critical)
     assert tracked > 0
+
+
+def test_a_dive_finds_only_plans_the_dp_finds_and_finds_some(seed, monkeypatch):
+    """The dive before a feasibility run (``Chain.dive``): each plan it returns is a plan
+    (no domain overused; at most the WAN share cap's relaxation broken, as the DP's), within
+    the caps and the period; where it finds one the label DP finds one too, and at periods
+    from the loosest down to the least it finds some."""
+    import solvers.chain as chain_module
+
+    rng = np.random.default_rng(seed + 2)
+    found = dp_found = 0
+    for _ in range(COUNT):
+        instance = audit_instance(rng)
+        for tables in all_pair_tables(instance):
+            if tables.interleaved:
+                continue
+            chain = chain_module.Chain(tables)
+            gpus = int(rng.integers(int(tables.gpus.min()), int(tables.free_gpus.sum()) + 1))
+            caps = chain.caps(gpus, None)
+            loosest = chain.run(caps, chain_module.OPEN, feasibility=True)
+            if loosest is None:
+                continue
+            for factor in (1.0, 0.9, 0.8, 0.7, 0.6):
+                period = loosest.period * factor
+                plan = chain.dive(caps, period)
+                monkeypatch.setattr(chain_module, "PROBE_WORK", 0)  # the label DP alone
+                by_dp = chain.run(caps, period, feasibility=True)
+                monkeypatch.undo()
+                dp_found += by_dp is not None
+                if plan is None:
+                    continue
+                found += 1
+                where = f"seed {seed}: {instance.name} dp{tables.dp} b{tables.micro_batch}"
+                assert by_dp is not None, where
+                assert chain.violations(plan) in (None, []), where
+                assert plan.period <= period * (1 + 1e-9), where
+                assert plan.values.gpus <= gpus, where
+    assert found > 0 and dp_found >= found

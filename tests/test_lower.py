@@ -91,6 +91,30 @@ def test_the_compute_bound_rules_a_pair_out_without_a_dp_run():
     assert chain.runs == 0
 
 
+@pytest.mark.parametrize("path", QUICK[:3], ids=lambda p: p.stem)
+def test_the_least_s_run_with_its_incumbent_gives_the_same_placements(path, monkeypatch):
+    """The last DP run of a placement starts with the least S of the plans found at its
+    period as its incumbent (``_Runs.least_s``): the same plans as a run without one."""
+    import rl.lower
+
+    instance = Instance.load(path)
+    front = Front.load(FRONTS_DIR / "quick" / f"{path.stem}.front.json", instance)
+    tables = {(t.dp, t.micro_batch): t for t in all_pair_tables(instance)}
+
+    def placements():
+        out = []
+        for point in front.points:
+            forget()
+            _, gpus, cost = point.objectives
+            out.append(place(tables[(point.plan.dp, point.plan.micro_batch)],
+                             Budgets(gpus=int(gpus), cost=cost)))
+        return out
+
+    capped = placements()
+    monkeypatch.setattr(rl.lower._Runs, "least_s", lambda self, period: float("inf"))
+    assert [p.plan for p in placements()] == [p.plan for p in capped]
+
+
 def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
     instance = Instance.load(QUICK[0])
     front = Front.load(FRONTS_DIR / "quick" / f"{QUICK[0].stem}.front.json", instance)
