@@ -188,8 +188,9 @@ class _Runs:
         first complete plan and changes no answer (inf where there is none)."""
         m = self.chain.tables.micro_batches
         return min((t.values.step_time_s - (m - 1) * t.period - t.allreduce - t.optimizer
-                    for t in self.found if t.period <= period), default=math.inf) \
-            * (1 + 1e-9) + 1e-12
+                    for t in self.found if t.period <= period
+                    and t.values.comm_cost <= self.cost),  # the run's cap, no tolerance
+                   default=math.inf) * (1 + 1e-9) + 1e-12
 
     def offer(self, terms: Terms) -> None:
         """Keep ``terms`` if it is a plan (no domain overused, the share cap met) within

@@ -105,7 +105,8 @@ class Chain:
         self.period_floors: list[tuple[Caps, float]] = []
         # feasible plans found: (GPUs, cost, period), a witness for looser caps
         self.witnesses: list[tuple[int, float, float]] = []
-        self.runs = self.labels = self.work = 0  # DP runs, the labels and work they made
+        # DP runs (and dives that found a plan), the labels and work they made
+        self.runs = self.labels = self.work = 0
         self._tables: tuple[float, tuple[np.ndarray, np.ndarray]] | None = None
         self._caps: tuple[tuple[float, float, float], tuple[np.ndarray, np.ndarray]] | None = None
 
@@ -209,7 +210,8 @@ class Chain:
         wan_limit = period if self.share is None else min(period, self.share * period)
         rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
         candidates = min(PROBE_WORK, work_budget * PROBE_SPEED)
-        if feasibility and candidates > 0:  # a dive first: most such runs have plans it finds
+        # a dive first: most such runs have plans it finds (it knows no value cap)
+        if feasibility and candidates > 0 and value_cap == math.inf:
             before = self.work
             found = self.dive(caps, period, candidates, allreduce, optimizer, tables_at)
             work_budget -= self.work - before

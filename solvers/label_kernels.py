@@ -357,8 +357,8 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
     the GPUs of every domain are counted over all its stages, so a plan found needs no
     repair. The same checks as :func:`label_dp` (stage caps, windows, WAN occupancy, the
     GPU and cost caps, a completion that exists). At each position the candidates are one
-    per (domain, option), its most layers that pass, tried in the order of layers per GPU
-    (fewest GPUs first where budgets bind), the previous stage's domain first among equals;
+    per (domain, option), its most layers that pass, tried in the order of layers per GPU,
+    the previous stage's domain first among equals;
     a candidate that closes the plan as its first stage is tried before any other.
 
     Gives up after ``work_budget`` candidates (a failed dive proves nothing; the label DP
@@ -419,8 +419,8 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
                     if j == positions - 1:
                         continue
                     u = min(g1 // dp, units)
-                    most = min(cap[j, k, o], layers - l0 - 1,
-                               int((period - carry - edge) / layer_time[o]))
+                    room = (period - carry - edge) / layer_time[o]  # 1e30 at an open cap
+                    most = min(cap[j, k, o], layers - l0 - 1, int(min(room, layers)))
                     for n in range(most, 0, -1):
                         work += 1
                         l1 = l0 + n

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from formulation.evaluator import evaluate_batch
+from formulation.feasibility import Kind
 from formulation.result import evaluate
 from instances.tiny import audit_instance, tiny_instance
 from solvers.bounds import PairBounds
@@ -25,7 +26,7 @@ from solvers.bruteforce import enumerate_plans
 from solvers.chain import _largest_within, chain_of
 from solvers.engine import SolveRequest, SolveStatus
 from solvers.labels import LabelEngine
-from solvers.tables import all_pair_tables
+from solvers.tables import all_pair_tables, choices_plan
 
 COUNT = 4  # instances a run checks (about 1 s each once the kernels are compiled)
 TOLERANCE = 1e-7  # relative: the engine's optimum against brute force's
@@ -210,15 +211,21 @@ def test_a_dive_finds_only_plans_the_dp_finds_and_finds_some(seed, monkeypatch):
                 continue
             chain = chain_module.Chain(tables)
             gpus = int(rng.integers(int(tables.gpus.min()), int(tables.free_gpus.sum()) + 1))
-            caps = chain.caps(gpus, None)
+            cost = float(rng.uniform(0, 2) * tables.cost.max()) if rng.random() < 0.5 else None
+            caps = chain.caps(gpus, cost)
             loosest = chain.run(caps, chain_module.OPEN, feasibility=True)
             if loosest is None:
                 continue
+            # caps on the largest all-reduce and optimizer time (the branch and bound's)
+            reduce, optimize = ((loosest.allreduce * rng.uniform(0.5, 1.0),
+                                 loosest.optimizer * rng.uniform(0.5, 1.0))
+                                if rng.random() < 0.5 else (chain_module.OPEN,) * 2)
             for factor in (1.0, 0.9, 0.8, 0.7, 0.6):
                 period = loosest.period * factor
-                plan = chain.dive(caps, period)
+                plan = chain.dive(caps, period, allreduce=reduce, optimizer=optimize)
                 monkeypatch.setattr(chain_module, "PROBE_WORK", 0)  # the label DP alone
-                by_dp = chain.run(caps, period, feasibility=True)
+                by_dp = chain.run(caps, period, allreduce=reduce, optimizer=optimize,
+                                  feasibility=True)
                 monkeypatch.undo()
                 dp_found += by_dp is not None
                 if plan is None:
@@ -229,4 +236,25 @@ def test_a_dive_finds_only_plans_the_dp_finds_and_finds_some(seed, monkeypatch):
                 assert chain.violations(plan) in (None, []), where
                 assert plan.period <= period * (1 + 1e-9), where
                 assert plan.values.gpus <= gpus, where
+                assert plan.values.comm_cost <= caps.cost * (1 + 1e-9), where
+                assert plan.allreduce <= reduce * (1 + 1e-9), where
+                assert plan.optimizer <= optimize * (1 + 1e-9), where
+                broken = evaluate(instance, choices_plan(tables, plan.choices)).violations
+                assert all(v.kind == Kind.WAN_CAP for v in broken), (where, broken)
     assert found > 0 and dp_found >= found
+
+
+def test_a_dive_at_an_open_period_finds_a_plan_of_several_stages():
+    """The first run of a placement has no period cap (``OPEN``, 1e30): the dive's layer
+    count ``(P - carry) / c`` must not overflow there, or no stage but a single one is
+    listed and a 70B model, which no one stage holds, gets no plan from it."""
+    from formulation.instance import Instance
+    from instances.suites import SUITES_DIR
+    from solvers.chain import OPEN, Chain
+
+    instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
+    tables = all_pair_tables(instance)[0]
+    chain = Chain(tables)
+    plan = chain.dive(chain.caps(None, None), OPEN)
+    assert plan is not None and len(plan.choices) > 1
+    assert chain.violations(plan) is None
