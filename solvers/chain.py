@@ -33,7 +33,7 @@ UNLIMITED_WORK = 2 ** 62
 # Work units (a candidate label, pruned or kept; a label visited by a dominance walk) a DP
 # run does a second on this machine, what a caller with a deadline turns its time left
 # into: the 1st percentile over the runs of 10 ms or more (`python scripts/dp_work_rate.py`:
-# 8.2 M on the bench suite, 6.9 M on the full one; median 11.6 M and 11.9 M), so that a run
+# 8.1 M on the bench suite, 6.5 M on the full one; median 11.3 M and 12.1 M), so that a run
 # rarely outlasts its time. Candidates a bound prunes count too: with the least-S run's
 # incumbent from its first label (rl.lower) most are pruned, and uncounted they left runs
 # at 0.3 M units a second at the 1st percentile (the same script before they counted).
@@ -42,8 +42,9 @@ MAX_DEADLINE_S = 3600.0  # the longest time a caller may give DP runs (its work 
 # Candidates a feasibility run's dive (solvers.label_kernels.probe) may try before the label
 # DP decides: a few milliseconds, against the hundreds to thousands a DP run that finds a
 # plan takes on the full search space's K = 20 instances. A dive's candidate costs less
-# than a unit of the DP's work (no dominance walk): 60 M a second at the 1st percentile of
-# the dives of 1 ms or more, 252 M at the median (the same script), so it is charged 1/8.
+# than a unit of the DP's work (no dominance walk): 60-154 M a second at the 1st percentile
+# of the dives of 1 ms or more in two runs, 252 M at the median (the same script), so it
+# is charged 1/8.
 PROBE_WORK = 1_000_000
 PROBE_SPEED = 8
 TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
