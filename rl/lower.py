@@ -148,7 +148,7 @@ class _Memory:
                 return True, None
             if terms is not None and g >= gpus and c >= cost \
                     and terms.values.gpus <= gpus \
-                    and terms.values.comm_cost <= cost * (1 + COST_TOLERANCE):
+                    and terms.values.comm_cost <= cost:
                 return True, terms
         return False, None
 
@@ -163,7 +163,7 @@ class _Runs:
         self.allowance = allowance
         self.chain = chain_of(tables)
         self.memory = _MEMORY.setdefault(tables, _Memory())
-        caps = self.chain.caps(budgets.gpus, budgets.cost)  # with the instance's budget
+        caps = _budget_caps(self.chain, budgets)
         self.gpus, self.cost = caps.gpus, caps.cost
         self.runs = 0
         self.best: Terms | None = None  # the best plan found within the budgets
@@ -174,7 +174,7 @@ class _Runs:
         return self.chain.caps(self.gpus, self.cost)
 
     def fits(self, gpus: float, cost: float) -> bool:
-        return gpus <= self.gpus and cost <= self.cost * (1 + COST_TOLERANCE)
+        return gpus <= self.gpus and cost <= self.cost  # the cap has the tolerance
 
     def least_known_period(self) -> float:
         """The least period of a plan found so far (by any decision) within the budgets."""
@@ -188,8 +188,7 @@ class _Runs:
         first complete plan and changes no answer (inf where there is none)."""
         m = self.chain.tables.micro_batches
         return min((t.values.step_time_s - (m - 1) * t.period - t.allreduce - t.optimizer
-                    for t in self.found if t.period <= period
-                    and t.values.comm_cost <= self.cost),  # the run's cap, no tolerance
+                    for t in self.found if t.period <= period),
                    default=math.inf) * (1 + 1e-9) + 1e-12
 
     def offer(self, terms: Terms) -> None:
@@ -354,9 +353,17 @@ def _known(tables: PairTables, budgets: Budgets,
     memory = _MEMORY.get(tables)
     if memory is None:
         return None
-    caps = chain_of(tables).caps(budgets.gpus, budgets.cost)
+    caps = _budget_caps(chain_of(tables), budgets)
     known, terms = memory.answer(caps.gpus, caps.cost, precision)
     return _placement(tables, terms, 0) if known else None
+
+
+def _budget_caps(chain, budgets: Budgets):
+    """The DP's caps for ``budgets``, with the instance's cost budget: the cost budget with
+    the masks' ``COST_TOLERANCE``, so that a plan whose cost equals the budget is not lost
+    to the order in which the DP sums its link prices."""
+    cost = None if budgets.cost is None else budgets.cost * (1 + COST_TOLERANCE)
+    return chain.caps(budgets.gpus, cost)
 
 
 def _placement(tables: PairTables, terms: Terms | None, runs: int) -> Placement:
