@@ -73,6 +73,8 @@ from solvers.chain import (
     OPEN,
     UNLIMITED_WORK,
     WORK_PER_SECOND,
+    Caps,
+    Chain,
     LabelBudgetExceeded,
     Terms,
     chain_of,
@@ -166,7 +168,6 @@ class _Runs:
         caps = _budget_caps(self.chain, budgets)
         self.gpus, self.cost = caps.gpus, caps.cost
         self.runs = 0
-        self.best: Terms | None = None  # the best plan found within the budgets
         self.found: list[Terms] = []  # every plan found within the budgets
 
     def caps(self):
@@ -198,11 +199,13 @@ class _Runs:
             return
         values = terms.values
         self.chain.witnesses.append((values.gpus, values.comm_cost, terms.period))
-        if not self.fits(values.gpus, values.comm_cost):
-            return
-        self.found.append(terms)
-        if self.best is None or values.step_time_s < self.best.values.step_time_s:
-            self.best = terms
+        if self.fits(values.gpus, values.comm_cost):
+            self.found.append(terms)
+
+    @property
+    def best(self) -> Terms | None:
+        """The best plan found within the budgets (the first of equals)."""
+        return min(self.found, key=lambda terms: terms.values.step_time_s, default=None)
 
     def at(self, period: float, feasibility: bool, value_cap: float = math.inf
            ) -> Terms | None:
@@ -358,7 +361,7 @@ def _known(tables: PairTables, budgets: Budgets,
     return _placement(tables, terms, 0) if known else None
 
 
-def _budget_caps(chain, budgets: Budgets):
+def _budget_caps(chain: Chain, budgets: Budgets) -> Caps:
     """The DP's caps for ``budgets``, with the instance's cost budget: the cost budget with
     the masks' ``COST_TOLERANCE``, so that a plan whose cost equals the budget is not lost
     to the order in which the DP sums its link prices."""

@@ -109,7 +109,6 @@ class Chain:
         # DP runs (and dives that found a plan), the labels and work they made
         self.runs = self.labels = self.work = 0
         self._tables: tuple[float, tuple[np.ndarray, np.ndarray]] | None = None
-        self._caps: tuple[tuple[float, float, float], tuple[np.ndarray, np.ndarray]] | None = None
 
     def caps(self, gpu_cap: float | None, cost_cap: float | None) -> Caps:
         """The caps of a request, with the instance's cost budget, and the critical domains
@@ -148,11 +147,7 @@ class Chain:
                    optimizer: float = OPEN) -> tuple[np.ndarray, np.ndarray]:
         """The most layers a stage holds, per (position, domain, option), as a middle stage
         and as the first stage (embedding): memory, period, and the all-reduce and optimizer
-        caps, each the largest n whose value (computed as :meth:`terms` does) is within.
-        The last call's answer is kept: a feasibility run's dive and DP read the same."""
-        key = (period, allreduce, optimizer)
-        if self._caps is not None and self._caps[0] == key:
-            return self._caps[1]
+        caps, each the largest n whose value (computed as :meth:`terms` does) is within."""
         t = self.tables
         positions, domains, options, layers = t.positions, t.num_domains, t.num_options, t.layers
         edge = np.zeros((positions, options))
@@ -174,7 +169,6 @@ class Chain:
                          + t.allreduce_fixed[None, :, :, None])
                 cap = np.minimum(cap, _largest_within(value <= allreduce))
             out.append(cap)
-        self._caps = (key, (out[0], out[1]))
         return out[0], out[1]
 
     def bound_tables(self, period: float) -> tuple[np.ndarray, np.ndarray]:
@@ -204,17 +198,16 @@ class Chain:
         (default: the period). Raises :class:`LabelBudgetExceeded` past ``label_budget``
         labels or ``work_budget`` units of work (:func:`~solvers.label_kernels.label_dp`)."""
         t = self.tables
-        cap, cap_first = self.layer_caps(period, allreduce, optimizer)
+        inputs = self._inputs(period, allreduce, optimizer, tables_at)
+        cap, cap_first, wan_limit, rest, gpus = inputs
         marks = -np.ones(t.num_domains, dtype=np.int64)
         for i, k in enumerate(sorted(caps.critical)):
             marks[k] = i
-        wan_limit = period if self.share is None else min(period, self.share * period)
-        rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
         candidates = min(PROBE_WORK, work_budget * PROBE_SPEED)
         # a dive first: most such runs have plans it finds (it knows no value cap)
         if feasibility and candidates > 0 and value_cap == math.inf:
             before = self.work
-            found = self.dive(caps, period, candidates, allreduce, optimizer, tables_at)
+            found = self._dive(caps, period, candidates, inputs)
             work_budget -= self.work - before
             if found is not None:
                 return found
@@ -250,10 +243,22 @@ class Chain:
         """A plan under the caps with period at most ``period`` found by the depth-first
         dive of :func:`~solvers.label_kernels.probe` within ``candidates``, or None (which
         proves nothing). Its work is counted at ``1 / PROBE_SPEED`` unit a candidate."""
-        t = self.tables
+        return self._dive(caps, period, candidates,
+                          self._inputs(period, allreduce, optimizer, tables_at))
+
+    def _inputs(self, period: float, allreduce: float, optimizer: float,
+                tables_at: float | None) -> tuple:
+        """What the dive and the DP at ``period`` read: the layer caps (middle, first
+        stage), the WAN boundary limit, and the bound tables (made at ``tables_at``)."""
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         wan_limit = period if self.share is None else min(period, self.share * period)
         rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
+        return cap, cap_first, wan_limit, rest, gpus
+
+    def _dive(self, caps: Caps, period: float, candidates: int, inputs: tuple
+              ) -> Terms | None:
+        t = self.tables
+        cap, cap_first, wan_limit, rest, gpus = inputs
         found, work, domain, option, layers = probe(
             float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
             t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first, self.free,

@@ -369,6 +369,8 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
     cand_k = np.empty((positions, width), np.int64)
     cand_o = np.empty((positions, width), np.int64)
     cand_n = np.empty((positions, width), np.int64)
+    cand_c = np.empty((positions, width), np.float64)  # the cost after the candidate
+    cand_m = np.empty((positions, width), np.float64)  # its window excess
     score = np.empty(width, np.float64)
     order = np.empty((positions, width), np.int64)
     size = np.zeros(positions, np.int64)
@@ -431,6 +433,8 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
                             continue
                         i = size[j]
                         cand_k[j, i], cand_o[j, i], cand_n[j, i] = k, o, n
+                        cand_c[j, i] = c1
+                        cand_m[j, i] = n * layer_time[o] + edge - period + carry
                         score[i] = -n / gpus[o] - (1e-6 if k == k0 else 0.0)
                         size[j] += 1
                         break
@@ -448,17 +452,12 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
         i = order[j, at[j]]
         at[j] += 1
         k, o, n = cand_k[j, i], cand_o[j, i], cand_n[j, i]
-        k0 = dom[j - 1] if j > 0 else -1
-        d2 = 0.0 if j == 0 else 2.0 * delay[k, k0]
-        price = 0.0 if j == 0 or k == k0 else cost[k, k0]
-        carry = max(0.0, s_m[j] + d2) if j > 0 else 0.0
-        edge = last_time[o] if j == 0 else 0.0
         dom[j], opt[j], lay[j] = k, o, n
         used[k] += gpus[o]
         s_l[j + 1] = s_l[j] + n
         s_n[j + 1] = s_n[j] + gpus[o]
-        s_c[j + 1] = s_c[j] + price
-        s_m[j + 1] = n * layer_time[o] + edge - period + carry
+        s_c[j + 1] = cand_c[j, i]
+        s_m[j + 1] = cand_m[j, i]
         j += 1
         fresh = True
     return 0, work, dom, opt, lay
