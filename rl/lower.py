@@ -24,7 +24,10 @@ The lower level:
 
 A feasibility run first dives for a plan (:meth:`solvers.chain.Chain.dive`, a depth-first
 search that finds one in milliseconds at most periods above the least), and only where the
-dive finds none does the label DP decide.
+dive finds none does the label DP decide. Before the bisection, dives alone descend from the
+first plan's period in steps of ``DESCENT_STEP`` while they find plans (:meth:`_Runs
+.descend`), so that the bisection starts near where dives stop finding plans and a
+placement cut short holds a plan of that period, not of the first.
 
 The step time is ``(m - 1) P + S + A + O``; step 1 and 2 minimise the first two terms, the
 largest ones. What it leaves to the exact engine's branch and bound is the trade of a
@@ -41,14 +44,19 @@ run (or a floor already proven) settles.
 Decisions on one instance state share what earlier ones found (:class:`_Memory`, per pair
 and state): a placement made under budgets at least as loose whose plan fits the new ones
 is the answer again (its period is within the precision of the loose least period, hence of
-the tight one); the plans found within the budgets (the chain's witnesses) bound the period
-from above, the floors proven from below.
+the tight one); every plan found under any budgets is a plan of a placement whose budgets
+it fits (one cut short keeps the best of them: a budget sweep's decisions otherwise fell to
+a plan of far fewer GPUs than earlier decisions had found within their budget); those
+plans bound the period from above, the floors proven from below (a floor proven with any
+domains tracked bounds every plan). A feasibility run stopped by the allowance is
+remembered, and the next placement under the same budgets bisects above it, so that
+repeated decisions progress from above rather than stop in the same run.
 
 A decision may give the lower level an :class:`Allowance`: a deadline (no DP run starts
-after it and each run stops at the work of the time left, :data:`solvers.chain
-.WORK_PER_SECOND`: units of the DP's work, candidate labels and dominance tests, whose rate
-varies far less between instances than that of labels), or a number of those work units
-for all its runs together (counted, not timed: the same decision on any machine); the
+after it and each run stops at it, the DP reading the clock every few milliseconds), or a
+number of units of the DP's work (candidate labels and dominance tests) for all its runs
+together (counted, not timed: the same decision on any machine;
+:data:`solvers.chain.WORK_PER_SECOND` turns seconds into such units); the
 placement is then the best plan found so far (none, if none), and is not remembered as an
 answer. The period bisection's runs cost about
 1-50 ms each on the bench suite's K = 20 instances and up to seconds on the full search
@@ -56,7 +64,10 @@ space's (README), so the deadline is what bounds a decision's latency there.
 
 The DP's relaxation (a domain entered again has all its GPUs again, unless tracked) is
 repaired as the engine does: a plan that overuses a domain makes that domain tracked and the
-run is repeated. A plan that breaks the instance's WAN share cap is never returned.
+run is repeated. Each placement starts tracking none: every domain tracked multiplies the
+labels (they dominate each other less), and the domains that one period needed can make the
+runs at other periods, which need fewer, many times dearer. A plan that breaks the
+instance's WAN share cap is never returned.
 """
 
 from __future__ import annotations
@@ -72,7 +83,6 @@ from rl.masks import COST_TOLERANCE, Budgets
 from solvers.chain import (
     OPEN,
     UNLIMITED_WORK,
-    WORK_PER_SECOND,
     Caps,
     Chain,
     LabelBudgetExceeded,
@@ -84,7 +94,11 @@ from solvers.engine import OutOfTime
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
-LEAST_WORK = 10_000  # what a DP run gets however little time is left (about 0.1 ms)
+# Before the bisection, dives at periods DESCENT_STEP below the last plan's, while they find
+# plans (at most DESCENT_DIVES): a few milliseconds each where the label DP takes up to
+# seconds, they bring the bisection's upper end down to where dives stop finding plans
+DESCENT_STEP = 0.05
+DESCENT_DIVES = 32
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
@@ -107,15 +121,13 @@ class Allowance:
         return (self.work is not None and self.work <= 0) or (
             self.deadline is not None and time.perf_counter() >= self.deadline)
 
-    def next_run(self) -> int:
-        """The work the next DP run may do; raises :class:`OutOfTime` where none is left."""
+    def next_run(self) -> tuple[int, float]:
+        """The work the next DP run may do and its deadline (inf: none); raises
+        :class:`OutOfTime` where nothing is left."""
         if self.spent():
             raise OutOfTime
-        work = UNLIMITED_WORK if self.work is None else self.work
-        if self.deadline is not None:
-            left = self.deadline - time.perf_counter()
-            work = min(work, max(LEAST_WORK, int(left * WORK_PER_SECOND)))
-        return work
+        return (UNLIMITED_WORK if self.work is None else self.work,
+                math.inf if self.deadline is None else self.deadline)
 
     def charge(self, work: int) -> None:
         if self.work is not None:
@@ -139,6 +151,13 @@ class _Memory:
 
     # (GPU cap, cost cap, precision, the plan's terms or None)
     answers: list[tuple[float, float, float, Terms | None]] = field(default_factory=list)
+    # every plan the runs found (feasible, under any budgets): a placement under budgets
+    # they fit starts with them, so one that runs out of time keeps the best of them
+    plans: list[Terms] = field(default_factory=list)
+    # (GPU cap, cost cap, period) of the feasibility runs stopped by their allowance: the
+    # next placement under those caps bisects above them, so that repeated decisions
+    # progress from above instead of stopping at the same run
+    cuts: list[tuple[float, float, float]] = field(default_factory=list)
 
     def answer(self, gpus: float, cost: float, precision: float) -> tuple[bool, Terms | None]:
         """(known, plan) for caps (gpus, cost): a placement under caps at least as loose
@@ -168,11 +187,14 @@ class _Runs:
         caps = _budget_caps(self.chain, budgets)
         self.gpus, self.cost = caps.gpus, caps.cost
         self.runs = 0
-        self.found: list[Terms] = []  # every plan found within the budgets
+        self.critical: set[int] = set()  # the domains a relaxed plan of these runs overused
+        # every plan found within the budgets, by these runs or earlier ones on the state
+        self.found: list[Terms] = [terms for terms in self.memory.plans
+                                   if self.fits(terms.values.gpus, terms.values.comm_cost)]
 
     def caps(self):
-        """The budgets' caps, with the domains the chain tracks now."""
-        return self.chain.caps(self.gpus, self.cost)
+        """The budgets' caps, with the domains these runs track."""
+        return Caps(self.gpus, self.cost, frozenset(self.critical))
 
     def fits(self, gpus: float, cost: float) -> bool:
         return gpus <= self.gpus and cost <= self.cost  # the cap has the tolerance
@@ -199,8 +221,40 @@ class _Runs:
             return
         values = terms.values
         self.chain.witnesses.append((values.gpus, values.comm_cost, terms.period))
+        self.memory.plans.append(terms)
         if self.fits(values.gpus, values.comm_cost):
             self.found.append(terms)
+
+    def descend(self, high: float) -> float:
+        """The least period of the plans that dives (:meth:`solvers.chain.Chain.dive`) find
+        at periods ``DESCENT_STEP`` below the last one's, starting below ``high`` and
+        stopping at the first that finds none (which proves nothing)."""
+        chain = self.chain
+        for _ in range(DESCENT_DIVES):
+            if self.allowance is not None and self.allowance.spent():
+                raise OutOfTime
+            before = chain.work
+            found = chain.dive(self.caps(), high * (1 - DESCENT_STEP))
+            if self.allowance is not None:
+                self.allowance.charge(chain.work - before)
+            if found is None or chain.violations(found) is not None:
+                break
+            self.offer(found)
+            high = min(high, found.period)
+        return high
+
+    def floor(self) -> float:
+        """The largest period floor proven under budgets at least as loose as these (any
+        relaxation's floor bounds the plans', whichever domains its runs tracked)."""
+        return max((p for caps, p in self.chain.period_floors
+                    if caps.gpus >= self.gpus and caps.cost >= self.cost), default=0.0)
+
+    def cut_below(self, high: float, precision: float) -> float:
+        """The largest period below ``high`` at which a feasibility run under these
+        budgets was stopped by its allowance, where that is below ``high`` by more than
+        twice the precision (0 where there is none)."""
+        return max((p for g, c, p in self.memory.cuts if g == self.gpus and c == self.cost
+                    and p < high * (1 - 2 * precision)), default=0.0)
 
     @property
     def best(self) -> Terms | None:
@@ -218,13 +272,19 @@ class _Runs:
         chain = self.chain
         while True:
             allowance = self.allowance
-            work = UNLIMITED_WORK if allowance is None else allowance.next_run()
+            work, deadline = (UNLIMITED_WORK, math.inf) if allowance is None \
+                else allowance.next_run()
             self.runs += 1
             caps = self.caps()
             before = chain.work
             try:
                 found = chain.run(caps, period, MIN_STEP, value_cap=value_cap,
-                                  feasibility=feasibility, work_budget=work)
+                                  feasibility=feasibility, work_budget=work,
+                                  deadline=deadline)
+            except LabelBudgetExceeded:
+                if feasibility:
+                    self.memory.cuts.append((self.gpus, self.cost, period))
+                raise
             finally:
                 if allowance is not None:
                     allowance.charge(chain.work - before)
@@ -237,6 +297,7 @@ class _Runs:
                 self.offer(found)
                 return found
             chain.critical |= set(over)
+            self.critical |= set(over)
 
 
 def forget() -> None:
@@ -266,9 +327,10 @@ def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
                 memory.answers.append((runs.gpus, runs.cost, precision, None))
                 return _placement(tables, None, runs.runs)
             high = found.period
-        low = runs.chain.known_period_floor(runs.caps())
+        high = runs.descend(high)
+        low = runs.floor()
         while high - low > precision * high:
-            mid = (low + high) / 2
+            mid = (max(low, runs.cut_below(high, precision)) + high) / 2
             found = runs.at(mid, True)
             if found is None:
                 low = mid
@@ -305,7 +367,7 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
     runs = _Runs(tables, budgets, allowance)
     if runs.least_known_period() <= period:
         return False
-    if runs.chain.known_period_floor(runs.caps()) >= period:
+    if runs.floor() >= period:
         return True
     try:
         return runs.at(period, True) is None

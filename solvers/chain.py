@@ -24,7 +24,14 @@ import numpy as np
 
 from formulation.result import evaluate
 from solvers.engine import ModelValues
-from solvers.label_kernels import LABEL_LIMIT, completion, label_dp, least_gpus, probe
+from solvers.label_kernels import (
+    INF,
+    LABEL_LIMIT,
+    completion,
+    label_dp,
+    least_gpus,
+    probe,
+)
 from solvers.tables import PairTables, StageChoice, choice_terms, choices_plan
 
 OPEN = 1e30  # an absent cap
@@ -190,13 +197,14 @@ class Chain:
     def run(self, caps: Caps, period: float, weights=(1.0, 0.0, 0.0),
             allreduce: float = OPEN, optimizer: float = OPEN, value_cap: float = math.inf,
             feasibility: bool = False, tables_at: float | None = None,
-            label_budget: int = LABEL_BUDGET, work_budget: int = UNLIMITED_WORK
-            ) -> Terms | None:
+            label_budget: int = LABEL_BUDGET, work_budget: int = UNLIMITED_WORK,
+            deadline: float = math.inf) -> Terms | None:
         """The plan of least DP value below ``value_cap`` under the caps (with
         ``feasibility``: any plan, from a dive, :func:`~solvers.label_kernels.probe`, where
         one finds it within ``PROBE_WORK``), or None. Bound tables are made at ``tables_at``
         (default: the period). Raises :class:`LabelBudgetExceeded` past ``label_budget``
-        labels or ``work_budget`` units of work (:func:`~solvers.label_kernels.label_dp`)."""
+        labels, ``work_budget`` units of work or the ``deadline`` (``time.perf_counter()``
+        seconds) (:func:`~solvers.label_kernels.label_dp`)."""
         t = self.tables
         inputs = self._inputs(period, allreduce, optimizer, tables_at)
         cap, cap_first, wan_limit, rest, gpus = inputs
@@ -220,7 +228,7 @@ class Chain:
                        float(min(value_cap, 1e300)), rest, self.units, gpus,
                        self.gpus_left_max, self.cost_left_max, self.carry_floor,
                        int(self.gpus.min()), marks, len(caps.critical), int(label_budget),
-                       int(work_budget), feasibility)
+                       int(work_budget), float(min(deadline, INF)), feasibility)
         status, _, labels, work, parent, option, layers, domain, last, o, n, k = out
         self.runs += 1
         self.labels += int(labels)

@@ -15,13 +15,26 @@ code is kept beside this file).
 
 from __future__ import annotations
 
+import time
+
 import numba as nb
 import numpy as np
 
 INF = 1e300
-LABEL_LIMIT = 1  # label_dp's status when it stopped at its label or work budget
+LABEL_LIMIT = 1  # label_dp's status when it stopped at its label or work budget, or deadline
+# label_dp reads the clock once per this many units of work (a few milliseconds; a reading
+# costs about a microsecond, through numba's object mode)
+CLOCK_EVERY = 1 << 16
 # The columns of label_dp's label records
 _SEG, _GPUS, _COST, _EXCESS, _VALUE, _NEXT, _ALIVE = 0, 1, 2, 3, 4, 5, 6
+
+
+@nb.njit(cache=True)
+def _now():
+    """``time.perf_counter()`` inside compiled code."""
+    with nb.objmode(now="float64"):
+        now = time.perf_counter()
+    return now
 
 
 @nb.njit(cache=True)
@@ -106,7 +119,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
              cost_cap,
              value_cap, completion_bound, units, gpus_left_min, gpus_left_max, cost_left_max,
              carry_floor, smallest_stage, critical, critical_count, label_budget, work_budget,
-             feasibility):
+             deadline, feasibility):
     """The least ``w_T (sum c + 2 sum delta) + w_N N + w_C C`` over the plans whose 1F1B
     period is at most ``period`` and whose stages fit ``cap`` / ``cap_first`` (per position,
     domain and option: memory, period, all-reduce and optimizer caps folded into layer
@@ -126,11 +139,12 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     segment with no room for another stage), so that such labels compare equal.
     ``feasibility``: ignore the value, return the first complete plan.
 
-    It stops (status ``LABEL_LIMIT``) at ``label_budget`` labels (memory) or past
-    ``work_budget`` units of work: a candidate label (kept or pruned by a bound) and each
-    label a dominance walk visits count one, since the walks are most of the time and a
-    label's cost in time varies far more between instances than a unit of work's
-    (``solvers.chain.WORK_PER_SECOND``).
+    It stops (status ``LABEL_LIMIT``) at ``label_budget`` labels (memory), past
+    ``work_budget`` units of work (a candidate label, kept or pruned by a bound, and each
+    label a dominance walk visits count one: a count, so the same run stops at the same
+    label on any machine), or past ``deadline`` (``time.perf_counter()`` seconds, ``INF``:
+    none; read every ``CLOCK_EVERY`` units, so a run uses all the time it is given, not
+    the work a conservative rate converts it into).
 
     The dominance tests are most of the time (measured on the K = 20 full-space instance:
     a run of 250,000 labels made 2.8 million candidates). Labels are kept in one list per
@@ -166,6 +180,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
     w_t, w_n, w_c = weights[0], weights[1], weights[2]
     count = 0
     work = 0
+    check_at = min(work_budget, CLOCK_EVERY)  # the work at which the limits are next read
     best = value_cap
     best_parent, best_option, best_layers, best_domain = -1, -1, -1, -1
     previous_start = 0
@@ -220,10 +235,13 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                             # incumbent from the start most are pruned here, and their
                             # time would otherwise run uncounted
                             work += 1
-                            if work > work_budget:
-                                return (LABEL_LIMIT, best, count, work, parent, option,
-                                        count_l, dom, best_parent, best_option, best_layers,
-                                        best_domain)
+                            if work > check_at:
+                                if work > work_budget or (deadline < INF
+                                                          and _now() > deadline):
+                                    return (LABEL_LIMIT, best, count, work, parent, option,
+                                            count_l, dom, best_parent, best_option,
+                                            best_layers, best_domain)
+                                check_at = min(work_budget, work + CLOCK_EVERY)
                             if n1 + gpus_left_min[j, l1] > gpu_cap:
                                 continue
                             rest = completion_bound[j, l1, k, u_key]

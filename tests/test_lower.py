@@ -11,7 +11,6 @@ from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
 from rl.decide import DecisionSettings
 from rl.lower import (
-    LEAST_WORK,
     PERIOD_PRECISION,
     Allowance,
     Placement,
@@ -23,7 +22,7 @@ from rl.lower import (
 from rl.masks import COST_TOLERANCE, Budgets
 from solvers.chain import chain_of
 from solvers.front import Front
-from solvers.tables import all_pair_tables
+from solvers.tables import all_pair_tables, choices_plan
 
 QUICK = sorted(p for p in (SUITES_DIR / "quick").glob("*.json") if p.name != "manifest.json")
 
@@ -186,12 +185,96 @@ def test_a_deadline_stops_the_runs_and_keeps_the_hint():
     late = place(pair, Budgets(), hint=full.plan,
                  allowance=Allowance(deadline=time.perf_counter() - 1))
     assert late.runs == 0 and late.plan == full.plan  # no run, the hint kept
+    forget()  # without a hint or a plan remembered, nothing
     assert place(pair, Budgets(), allowance=Allowance(time.perf_counter() - 1)).plan is None
     assert place(pair, Budgets()).runs >= 1  # a stopped placement is not an answer
     with pytest.raises(ValueError, match="lower_time"):
         DecisionSettings(lower_time=0)
     with pytest.raises(ValueError, match="lower_work"):
         DecisionSettings(lower_work=0)
+
+
+def test_a_placement_out_of_time_keeps_the_best_plan_earlier_ones_found_within_its_budgets():
+    """The plans found by earlier placements on the state (under other budgets) that fit
+    this one's budgets are its plans too: out of time before its first run, it keeps the
+    fastest of them rather than none (a sweep's budgeted decisions lost the fast end so)."""
+    instance = Instance.load(QUICK[2])
+    forget()
+    pair = all_pair_tables(instance)[0]
+    free = place(pair, Budgets())
+    cheap = place(pair, Budgets(cost=0.5 * evaluate(instance, free.plan).objectives[2]))
+    assert cheap.plan is not None and cheap.step_time_s >= free.step_time_s
+    gpus = cheap.plan.gpus()  # under a GPU budget only: no earlier placement answers it
+    late = place(pair, Budgets(gpus=gpus), allowance=Allowance(time.perf_counter() - 1))
+    assert late.runs == 0 and late.plan is not None
+    fitting = [p for p in (free, cheap) if p.plan.gpus() <= gpus]
+    assert late.step_time_s == min(p.step_time_s for p in fitting)
+    forget()
+    assert place(pair, Budgets(gpus=gpus), allowance=Allowance(time.perf_counter() - 1)
+                 ).plan is None
+
+
+@pytest.mark.parametrize("path", QUICK[:3], ids=lambda p: p.stem)
+def test_the_descent_dives_find_plans_within_the_budgets_each_below_the_last(path):
+    """Before the bisection, dives at periods ``DESCENT_STEP`` below the last plan's: each
+    plan they keep is feasible, within the budgets and at most that period; the period
+    returned is the least of them and no less than the placement's own."""
+    from rl.lower import DESCENT_STEP, _Runs
+
+    instance = Instance.load(path)
+    dives = 0
+    for pair in all_pair_tables(instance)[:4]:
+        forget()
+        loose = place(pair, Budgets())
+        if loose.plan is None:
+            continue
+        budgets = Budgets(gpus=loose.plan.gpus())
+        forget()
+        runs = _Runs(pair, budgets, None)
+        start = runs.at(1e30, True).period
+        before = len(runs.found)
+        high = runs.descend(start)
+        dived = runs.found[before:]
+        dives += len(dived)
+        assert high == min([start] + [terms.period for terms in dived])
+        limit = start
+        for terms in dived:
+            assert terms.period < limit and terms.period <= limit * (1 - DESCENT_STEP) * (1 + 1e-9)
+            limit = terms.period
+            plan = choices_plan(pair, terms.choices)
+            result = evaluate(instance, plan)
+            assert result.feasible and plan.gpus() <= budgets.gpus
+        assert place(pair, budgets).plan is not None
+        assert chain_of(pair).witnesses  # what the descent found bounds later placements
+    assert dives > 0
+
+
+def test_a_placement_stopped_in_a_run_bisects_above_that_run_the_next_time(monkeypatch):
+    """A feasibility run stopped by the allowance is remembered; the next placement under
+    the same budgets tries a period above it, so that repeated decisions progress from
+    above instead of stopping in the same run."""
+    from solvers.chain import Chain
+
+    instance = Instance.load(QUICK[0])
+    pair = all_pair_tables(instance)[0]
+    forget()
+    periods = []
+    run = Chain.run
+    monkeypatch.setattr(Chain, "run", lambda self, caps, period, *args, **kwargs: (
+        periods.append((period, kwargs.get("feasibility"))),
+        run(self, caps, period, *args, **kwargs))[1])
+    work = 1
+    while True:  # the least work that reaches a bisection run and stops in it
+        forget()
+        periods.clear()
+        if place(pair, Budgets(), allowance=Allowance(work=work)).runs >= 2:
+            break
+        work *= 2
+    cut = periods[-1][0]
+    assert periods[-1][1] and cut < 1e30
+    periods.clear()
+    place(pair, Budgets(), allowance=Allowance(work=work))
+    assert periods[0][0] > cut
 
 
 def test_a_work_allowance_stops_the_runs_the_same_way_every_time():
@@ -205,13 +288,34 @@ def test_a_work_allowance_stops_the_runs_the_same_way_every_time():
     outcomes = []
     for _ in range(2):
         forget()
-        allowance = Allowance(work=LEAST_WORK)
+        allowance = Allowance(work=10_000)
         placed = place(pair, Budgets(), allowance=allowance)
         outcomes.append((placed.runs, placed.plan, placed.step_time_s))
         assert allowance.spent() and placed.runs < full.runs
     assert outcomes[0] == outcomes[1]
     forget()
     assert place(pair, Budgets(), allowance=Allowance(work=0)).runs == 0
+
+
+def test_a_dp_run_stops_at_its_deadline_within_the_clock_interval():
+    """A run past its deadline stops at its next reading of the clock (every
+    ``CLOCK_EVERY`` units of work) instead of running to its end; a deadline ahead
+    changes nothing."""
+    from solvers.chain import OPEN, Chain, LabelBudgetExceeded
+    from solvers.label_kernels import CLOCK_EVERY
+
+    path = next(p for p in QUICK if p.stem.startswith("aws-10-k5"))
+    chain = Chain(all_pair_tables(Instance.load(path))[0])
+    caps = chain.caps(None, None)
+    full = chain.run(caps, OPEN)
+    work = chain.work
+    assert work > 2 * CLOCK_EVERY  # a run long enough to read the clock
+    assert chain.run(caps, OPEN, deadline=time.perf_counter() + 3600) == full
+    assert chain.work == 2 * work
+    with pytest.raises(LabelBudgetExceeded):
+        chain.run(caps, OPEN, deadline=time.perf_counter() - 1)
+    # stopped at its first reading: the candidates up to it and the walks between
+    assert chain.work - 2 * work < work / 2
 
 
 def test_a_dp_run_stops_at_its_work_budget_and_counts_its_work():
