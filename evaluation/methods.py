@@ -229,7 +229,8 @@ class HippoOptions(MethodOptions):
                                  "(default: rl.decide's)")
         parser.add_argument("--hippo-lower-time",
                             type=number_arg(0, MAX_DEADLINE_S, low_open=True), default=None,
-                            help="Hi-PPO: seconds the lower level may take per decision "
+                            help="Hi-PPO: seconds from a decision's start until which the "
+                                 "lower level may run "
                                  "(default: rl.decide's)")
         parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
                             default=None,

@@ -122,10 +122,13 @@ class DecisionSettings:
     pairs, those the upper level ranks first, whatever the bound says, except that with
     ``exhaust`` one a plan already known for the state proves slower is skipped (README:
     1 and 2 give the same coverage with the exhaust, 1 the shorter fronts)."""
-    lower_time: float | None = 1.0
-    """Seconds the lower level may take in one decision, all its pairs together (None:
-    no limit); past it, a pair keeps the best plan its DP runs found. The seeds' bound on
-    an inter-domain decision is 1 s."""
+    lower_time: float | None = 0.95
+    """Seconds from the start of a decision until which the lower level may run, all its
+    pairs together (None: no limit); past it, a pair keeps the best plan its DP runs
+    found. The seeds' bound on an inter-domain decision is 1 s: the DP runs stop at the
+    deadline within milliseconds, and the rest is for the policy's own plan after them
+    where they ran out of time. The policy's ranking, and any ``samples``, ``starts`` and
+    ``polish`` episodes, run before the lower level within this time."""
     lower_work: int | None = None
     """Units of DP work (:data:`solvers.chain.WORK_PER_SECOND` about a second here) the
     lower level may spend in one decision, all its pairs together (None: no limit): a
@@ -326,6 +329,7 @@ class Scheduler:
 
     def _plans(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
                settings: DecisionSettings) -> list[tuple[Plan, float]]:
+        start = time.perf_counter()  # the lower level's time counts from here
         generator = torch.Generator().manual_seed(settings.seed)
         polish = settings.polish
         episodes = settings.pairs == 0 or settings.policy_plan or settings.samples > 0 \
@@ -353,7 +357,7 @@ class Scheduler:
             key = (plan.dp, plan.micro_batch)
             if key not in hints or value > hints[key][1]:
                 hints[key] = (plan, value)
-        allowance = Allowance.of(settings.lower_time, settings.lower_work)
+        allowance = Allowance.of(settings.lower_time, settings.lower_work, start)
         out += self._placed(instance, ranking if settings.pairs else [], env.budgets,
                             allowance, settings.pairs, settings.exhaust,
                             {key: plan for key, (plan, _) in hints.items()})
@@ -659,8 +663,8 @@ def main(argv: list[str] | None = None) -> int:
                         "builds every stage)")
     parser.add_argument("--lower-time", type=number_arg(0, MAX_DEADLINE_S, low_open=True),
                         default=HIERARCHICAL.lower_time,
-                        help="seconds the lower level may take (default "
-                        f"{HIERARCHICAL.lower_time})")
+                        help="seconds from the decision's start until which the lower "
+                        f"level may run (default {HIERARCHICAL.lower_time})")
     parser.add_argument("--exhaust", action=argparse.BooleanOptionalAction,
                         default=HIERARCHICAL.exhaust,
                         help="also place every further pair a DP run cannot prove slower, "

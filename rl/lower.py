@@ -48,7 +48,7 @@ the tight one); every plan found under any budgets is a plan of a placement whos
 it fits (one cut short keeps the best of them: a budget sweep's decisions otherwise fell to
 a plan of far fewer GPUs than earlier decisions had found within their budget); those
 plans bound the period from above, the floors proven from below (a floor proven with any
-domains tracked bounds every plan). A feasibility run stopped by the allowance is
+domains tracked bounds every plan). A feasibility run stopped before it decided is
 remembered, and the next placement under the same budgets bisects above it, so that
 repeated decisions progress from above rather than stop in the same run.
 
@@ -111,11 +111,14 @@ class Allowance:
         self.deadline, self.work = deadline, work
 
     @staticmethod
-    def of(seconds: float | None, work: int | None) -> Allowance | None:
-        """An allowance from now (None where neither limit is given)."""
+    def of(seconds: float | None, work: int | None, start: float | None = None
+           ) -> Allowance | None:
+        """An allowance of ``seconds`` from ``start`` (a ``time.perf_counter()`` reading;
+        default now) and ``work`` units (None where neither limit is given)."""
         if seconds is None and work is None:
             return None
-        return Allowance(None if seconds is None else time.perf_counter() + seconds, work)
+        start = time.perf_counter() if start is None else start
+        return Allowance(None if seconds is None else start + seconds, work)
 
     def spent(self) -> bool:
         return (self.work is not None and self.work <= 0) or (
@@ -146,17 +149,20 @@ class Placement:
 
 @dataclass
 class _Memory:
-    """The placements the decisions on one pair and instance state have made (the plans
-    they found are the chain's witnesses, :attr:`solvers.chain.Chain.witnesses`)."""
+    """What the decisions on one pair and instance state have established: the placements
+    they made, every plan they found (their periods are also the chain's witnesses,
+    :attr:`solvers.chain.Chain.witnesses`), and the feasibility runs their allowance
+    stopped."""
 
     # (GPU cap, cost cap, precision, the plan's terms or None)
     answers: list[tuple[float, float, float, Terms | None]] = field(default_factory=list)
     # every plan the runs found (feasible, under any budgets): a placement under budgets
     # they fit starts with them, so one that runs out of time keeps the best of them
     plans: list[Terms] = field(default_factory=list)
-    # (GPU cap, cost cap, period) of the feasibility runs stopped by their allowance: the
-    # next placement under those caps bisects above them, so that repeated decisions
-    # progress from above instead of stopping at the same run
+    # (GPU cap, cost cap, period) of the feasibility runs stopped before they decided (by
+    # the allowance's work or deadline, or the label budget): the next placement under
+    # those caps bisects above them, so that repeated decisions progress from above
+    # instead of stopping in the same run
     cuts: list[tuple[float, float, float]] = field(default_factory=list)
 
     def answer(self, gpus: float, cost: float, precision: float) -> tuple[bool, Terms | None]:
@@ -251,7 +257,7 @@ class _Runs:
 
     def cut_below(self, high: float, precision: float) -> float:
         """The largest period below ``high`` at which a feasibility run under these
-        budgets was stopped by its allowance, where that is below ``high`` by more than
+        budgets stopped before it decided, where that is below ``high`` by more than
         twice the precision (0 where there is none)."""
         return max((p for g, c, p in self.memory.cuts if g == self.gpus and c == self.cost
                     and p < high * (1 - 2 * precision)), default=0.0)

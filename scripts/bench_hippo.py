@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="pairs the lower level places (0: the policy builds every stage)")
     parser.add_argument("--lower-time", type=number_arg(0, MAX_LOWER_TIME, low_open=True),
                         default=HIERARCHICAL.lower_time,
-                        help="seconds the lower level may take per decision")
+                        help="seconds from a decision's start until which the lower level "
+                        "may run")
     args = parser.parse_args(argv)
     return run_cli(lambda: _bench(args))
 

@@ -8,8 +8,8 @@ exact front, timing each DP run (solvers.label_kernels.label_dp; a run stops at 
 units of work, a few seconds, so that the script ends in minutes). Prints, per suite and
 overall, the runs' work per second (total, and the 1st / 50th percentile of runs of at
 least 10 ms) beside their labels per second, and the candidates a second of the dives
-before feasibility runs (solvers.chain.PROBE_SPEED): the deadline of a decision is turned
-into a work budget at the rate the slowest runs reach, so that a run ends near it. Also the
+before feasibility runs (solvers.chain.PROBE_SPEED): a counted allowance (the online
+re-plans') turns seconds into units of work at the rate the slowest runs reach. Also the
 wall time of the placements per suite.
 """
 
@@ -35,12 +35,14 @@ PLACED: dict[str, float] = {}  # seconds of the placements (DP runs, dives, the 
 DIVES: list[tuple[float, int]] = []  # (seconds, candidates) per dive before a feasibility run
 MAX_POINTS = 10_000
 MAX_CAP = 1e12  # units of work of one DP run: hours at the measured rates
+# label_dp's work budget, by position (its arguments end: work budget, deadline, feasibility)
+WORK_BUDGET = -3
 
 
 def _timed(kernel, cap: int):
     def run(*args):
         args = list(args)
-        args[-2] = min(args[-2], cap)  # the work budget
+        args[WORK_BUDGET] = min(args[WORK_BUDGET], cap)
         start = time.perf_counter()
         out = kernel(*args)
         RUNS.append((time.perf_counter() - start, int(out[3]), int(out[2])))

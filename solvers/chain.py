@@ -38,12 +38,14 @@ OPEN = 1e30  # an absent cap
 LABEL_BUDGET = 4_000_000  # labels of one DP run (about 0.5 GB); beyond it the run stops
 UNLIMITED_WORK = 2 ** 62
 # Work units (a candidate label, pruned or kept; a label visited by a dominance walk) a DP
-# run does a second on this machine, what a caller with a deadline turns its time left
-# into: the 1st percentile over the runs of 10 ms or more (`python scripts/dp_work_rate.py`:
-# 8.1 M on the bench suite, 6.5 M on the full one; median 11.3 M and 12.1 M), so that a run
-# rarely outlasts its time. Candidates a bound prunes count too: with the least-S run's
-# incumbent from its first label (rl.lower) most are pruned, and uncounted they left runs
-# at 0.3 M units a second at the 1st percentile (the same script before they counted).
+# run does a second on this machine, what a counted allowance (rl.lower.Allowance's work,
+# the online re-plans') turns seconds into: the 1st percentile over the runs of 10 ms or
+# more (`python scripts/dp_work_rate.py`: 8.1 M on the bench suite, 6.5 M on the full one;
+# median 11.3 M and 12.1 M), so that such a run rarely outlasts the time it stands for. A
+# deadline reaches a run as a deadline (label_dp reads the clock). Candidates a bound prunes
+# count too: with the least-S run's incumbent from its first label (rl.lower) most are
+# pruned, and uncounted they left runs at 0.3 M units a second at the 1st percentile (the
+# same script before they counted).
 WORK_PER_SECOND = 7_000_000
 MAX_DEADLINE_S = 3600.0  # the longest time a caller may give DP runs (its work stays an int)
 # Candidates a feasibility run's dive (solvers.label_kernels.probe) may try before the label

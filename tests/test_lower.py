@@ -188,6 +188,8 @@ def test_a_deadline_stops_the_runs_and_keeps_the_hint():
     forget()  # without a hint or a plan remembered, nothing
     assert place(pair, Budgets(), allowance=Allowance(time.perf_counter() - 1)).plan is None
     assert place(pair, Budgets()).runs >= 1  # a stopped placement is not an answer
+    assert Allowance.of(0.5, None, start=100.0).deadline == 100.5  # from the decision's start
+    assert Allowance.of(None, None) is None
     with pytest.raises(ValueError, match="lower_time"):
         DecisionSettings(lower_time=0)
     with pytest.raises(ValueError, match="lower_work"):
@@ -245,7 +247,6 @@ def test_the_descent_dives_find_plans_within_the_budgets_each_below_the_last(pat
             result = evaluate(instance, plan)
             assert result.feasible and plan.gpus() <= budgets.gpus
         assert place(pair, budgets).plan is not None
-        assert chain_of(pair).witnesses  # what the descent found bounds later placements
     assert dives > 0
 
 
@@ -319,13 +320,43 @@ def test_a_dp_run_stops_at_its_deadline_within_the_clock_interval():
 
 
 def test_a_dp_run_stops_at_its_work_budget_and_counts_its_work():
-    """The deadline reaches into a DP run through its work budget."""
+    """A counted allowance reaches into a DP run through its work budget: the run stops
+    at the first unit past it, exactly (the same on any machine), with or without a
+    deadline ahead."""
     from solvers.chain import OPEN, Chain, LabelBudgetExceeded
+    from solvers.label_kernels import CLOCK_EVERY
 
     instance = Instance.load(QUICK[3])
     chain = Chain(all_pair_tables(instance)[0])
     caps = chain.caps(None, None)
     chain.run(caps, OPEN)
     assert chain.runs == 1 and chain.work > 100
-    with pytest.raises(LabelBudgetExceeded):
-        chain.run(caps, OPEN, work_budget=chain.work // 2)
+    for budget in (chain.work // 2, CLOCK_EVERY, CLOCK_EVERY + 1):
+        for deadline in (float("inf"), time.perf_counter() + 3600):
+            if budget >= chain.work:
+                continue
+            before = chain.work
+            with pytest.raises(LabelBudgetExceeded):
+                chain.run(caps, OPEN, work_budget=budget, deadline=deadline)
+            assert chain.work - before == budget + 1
+
+
+def test_each_placement_tracks_only_the_domains_its_own_plans_overused():
+    """Domains another placement's relaxed plans overused are not tracked by a new one
+    (tracking multiplies the labels), and a period floor proven while tracking domains
+    still bounds it (every relaxation holds every plan)."""
+    from rl.lower import _Runs
+    from solvers.chain import Caps
+
+    instance = Instance.load(QUICK[0])
+    pair = all_pair_tables(instance)[0]
+    forget()
+    chain = chain_of(pair)
+    chain.critical.add(0)
+    runs = _Runs(pair, Budgets(gpus=64), None)
+    assert runs.caps().critical == frozenset()
+    assert runs.floor() == 0.0
+    chain.period_floors.append((Caps(64, float("inf"), frozenset({0, 1})), 2.5))
+    chain.period_floors.append((Caps(32, float("inf"), frozenset()), 9.0))  # tighter GPUs
+    assert runs.floor() == 2.5
+    forget()
