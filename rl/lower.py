@@ -159,6 +159,7 @@ class _Memory:
     # every plan the runs found (feasible, under any budgets): a placement under budgets
     # they fit starts with them, so one that runs out of time keeps the best of them
     plans: list[Terms] = field(default_factory=list)
+    known: set[tuple] = field(default_factory=set)  # the plans' stage choices, each once
     # (GPU cap, cost cap, period) of the feasibility runs stopped before they decided (by
     # the allowance's work or deadline, or the label budget): the next placement under
     # those caps bisects above them, so that repeated decisions progress from above
@@ -222,9 +223,12 @@ class _Runs:
 
     def offer(self, terms: Terms) -> None:
         """Keep ``terms`` if it is a plan (no domain overused, the share cap met) within
-        the budgets, and remember any plan as a witness."""
-        if self.chain.violations(terms) is not None:
+        the budgets, and remember any plan as a witness, once (a plan remembered already
+        is among :attr:`found` where it fits)."""
+        key = tuple(sorted(terms.choices.items()))
+        if key in self.memory.known or self.chain.violations(terms) is not None:
             return
+        self.memory.known.add(key)
         values = terms.values
         self.chain.witnesses.append((values.gpus, values.comm_cost, terms.period))
         self.memory.plans.append(terms)

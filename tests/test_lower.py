@@ -211,6 +211,15 @@ def test_a_placement_out_of_time_keeps_the_best_plan_earlier_ones_found_within_i
     assert late.runs == 0 and late.plan is not None
     fitting = [p for p in (free, cheap) if p.plan.gpus() <= gpus]
     assert late.step_time_s == min(p.step_time_s for p in fitting)
+    # each plan remembered once, however often it is found or given as a hint
+    from rl.lower import _MEMORY
+
+    memory = _MEMORY[pair]
+    size = len(memory.plans)
+    place(pair, Budgets(gpus=gpus), hint=free.plan,
+          allowance=Allowance(time.perf_counter() - 1))
+    assert len(memory.plans) == size == len(memory.known)
+    assert len({tuple(sorted(t.choices.items())) for t in memory.plans}) == size
     forget()
     assert place(pair, Budgets(gpus=gpus), allowance=Allowance(time.perf_counter() - 1)
                  ).plan is None
