@@ -221,19 +221,24 @@ class _Runs:
                     for t in self.found if t.period <= period),
                    default=math.inf) * (1 + 1e-9) + 1e-12
 
-    def offer(self, terms: Terms) -> None:
+    def offer(self, terms: Terms) -> list[int] | None:
         """Keep ``terms`` if it is a plan (no domain overused, the share cap met) within
         the budgets, and remember any plan as a witness, once (a plan remembered already
-        is among :attr:`found` where it fits)."""
+        is among :attr:`found` where it fits). Returns its violations
+        (:meth:`solvers.chain.Chain.violations`: None for a plan)."""
         key = tuple(sorted(terms.choices.items()))
-        if key in self.memory.known or self.chain.violations(terms) is not None:
-            return
+        if key in self.memory.known:
+            return None
+        over = self.chain.violations(terms)
+        if over is not None:
+            return over
         self.memory.known.add(key)
         values = terms.values
         self.chain.witnesses.append((values.gpus, values.comm_cost, terms.period))
         self.memory.plans.append(terms)
         if self.fits(values.gpus, values.comm_cost):
             self.found.append(terms)
+        return None
 
     def descend(self, high: float) -> float:
         """The least period of the plans that dives (:meth:`solvers.chain.Chain.dive`) find
@@ -247,17 +252,14 @@ class _Runs:
             found = chain.dive(self.caps(), high * (1 - DESCENT_STEP))
             if self.allowance is not None:
                 self.allowance.charge(chain.work - before)
-            if found is None or chain.violations(found) is not None:
+            if found is None or self.offer(found) is not None:
                 break
-            self.offer(found)
             high = min(high, found.period)
         return high
 
     def floor(self) -> float:
-        """The largest period floor proven under budgets at least as loose as these (any
-        relaxation's floor bounds the plans', whichever domains its runs tracked)."""
-        return max((p for caps, p in self.chain.period_floors
-                    if caps.gpus >= self.gpus and caps.cost >= self.cost), default=0.0)
+        """The largest period floor proven for the plans within these budgets."""
+        return self.chain.plans_period_floor(self.gpus, self.cost)
 
     def cut_below(self, high: float, precision: float) -> float:
         """The largest period below ``high`` at which a feasibility run under these
@@ -302,9 +304,8 @@ class _Runs:
                 if feasibility:  # a proven floor for caps at least as tight
                     chain.period_floors.append((caps, period))
                 return None
-            over = chain.violations(found)
-            if not over:  # feasible, or over the share cap only
-                self.offer(found)
+            over = self.offer(found)
+            if not over:  # feasible (kept), or over the share cap only
                 return found
             chain.critical |= set(over)
             self.critical |= set(over)

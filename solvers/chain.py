@@ -131,6 +131,14 @@ class Chain:
         return max((p for c, p in self.period_floors if c.gpus >= caps.gpus
                     and c.cost >= caps.cost and c.critical <= caps.critical), default=0.0)
 
+    def plans_period_floor(self, gpu_cap: float, cost_cap: float) -> float:
+        """The best floor on the period of the plans within the GPU and cost caps: a floor
+        proven under caps at least as loose bounds them whichever domains its relaxation
+        tracked (every relaxation holds every plan); :meth:`known_period_floor` is that of
+        a relaxation."""
+        return max((p for c, p in self.period_floors
+                    if c.gpus >= gpu_cap and c.cost >= cost_cap), default=0.0)
+
     # -- plans -----------------------------------------------------------------------------
     def terms(self, choices: dict[int, StageChoice]) -> Terms:
         """A plan's period, all-reduce and optimizer terms and its objective values."""
