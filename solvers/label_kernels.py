@@ -385,7 +385,7 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
     near the least period hold such stages, which the most layers never make); a candidate
     that closes the plan as its first stage is tried before any other. Ordered by layers
     per GPU instead, the descent's dives (:mod:`rl.lower`) stopped 36-43 % above the least
-    period of three pairs of the full search space's 70B instances, against 6-9 % so
+    period of three pairs of the full search space's 70B instances, against 4-9 % so
     (tests/test_lower.py).
 
     Gives up after ``work_budget`` candidates (a failed dive proves nothing; the label DP

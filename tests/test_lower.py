@@ -227,10 +227,11 @@ def test_a_placement_out_of_time_keeps_the_best_plan_earlier_ones_found_within_i
 
 @pytest.mark.parametrize("path", QUICK[:3], ids=lambda p: p.stem)
 def test_the_descent_dives_find_plans_within_the_budgets_each_below_the_last(path):
-    """Before the bisection, dives at periods ``DESCENT_STEP`` below the last plan's: each
+    """Before the bisection, dives at periods at least the finest of ``DESCENT_STEPS`` below
+    the last plan's: each
     plan they keep is feasible, within the budgets and at most that period; the period
     returned is the least of them and no less than the placement's own."""
-    from rl.lower import DESCENT_STEP, _Runs
+    from rl.lower import DESCENT_STEPS, _Runs
 
     instance = Instance.load(path)
     dives = 0
@@ -250,7 +251,7 @@ def test_the_descent_dives_find_plans_within_the_budgets_each_below_the_last(pat
         assert high == min([start] + [terms.period for terms in dived])
         limit = start
         for terms in dived:
-            assert terms.period < limit and terms.period <= limit * (1 - DESCENT_STEP) * (1 + 1e-9)
+            assert terms.period <= limit * (1 - min(DESCENT_STEPS)) * (1 + 1e-9)
             limit = terms.period
             plan = choices_plan(pair, terms.choices)
             result = evaluate(instance, plan)
@@ -262,14 +263,16 @@ def test_the_descent_dives_find_plans_within_the_budgets_each_below_the_last(pat
 FULL_70B = ("cn-hubs-k20-llama2-70b-s6100", "random-k12-llama2-70b-s5701")
 
 
-@pytest.mark.parametrize("name, dp", [(FULL_70B[0], 2), (FULL_70B[0], 4), (FULL_70B[1], 4)])
-def test_the_descent_comes_within_ten_percent_of_the_least_period_on_the_full_space(name, dp):
+@pytest.mark.parametrize("name, dp, within", [(FULL_70B[0], 2, 0.05), (FULL_70B[0], 4, 0.05),
+                                              (FULL_70B[1], 4, 0.10)])
+def test_the_descent_comes_near_the_least_period_on_the_full_space(name, dp, within):
     """On the full search space's 70B instances the least period of a pair is where the
     label DP takes up to seconds, so the descent's dives decide how close a placement cut
-    short gets: from the first dive's plan, they end within 10 % of the least period of the
-    committed exact front's plans of the pair (measured 5.8, 7.4 and 8.7 %; dives ordered by
-    layers per GPU stopped 36-43 %, and without the thin stages or with a stop at the first
-    dive that finds none, 14 % and 27 % on the last two)."""
+    short gets: from the first dive's plan, they end within 5 or 10 % of the least period
+    of the committed exact front's plans of the pair (measured 3.5, 4.0 and 8.7 %). Dives
+    ordered by layers per GPU stopped 36-43 % above it; without the thin stages or with a
+    stop at the first dive that finds none, the last one or two fail; with 5 % steps alone
+    (no finer step), the first two (5.8 and 7.4 %)."""
     from rl.lower import _Runs
 
     instance = Instance.load(SUITES_DIR / "full" / f"{name}.json")
@@ -281,7 +284,7 @@ def test_the_descent_comes_within_ten_percent_of_the_least_period_on_the_full_sp
     forget()
     runs = _Runs(pair, Budgets(), None)
     high = runs.descend(runs.at(1e30, True).period)
-    assert high <= 1.10 * least
+    assert high <= (1 + within) * least
 
 
 def test_a_placement_stopped_in_a_run_bisects_above_that_run_the_next_time(monkeypatch):
