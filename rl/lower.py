@@ -104,6 +104,12 @@ PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
 DESCENT_STEPS = (0.05, 0.01)
 DESCENT_DIVES = 48
 DESCENT_MISSES = 3
+# The descent's dives read bound tables made at a period up to this factor above theirs
+# (valid at any lower period, only looser): at K = 20 with a thousand free GPUs a table
+# costs several milliseconds, more than the dive, and made at each step the tables took
+# most of a front's time (scratch profile); the finest step's dives read their own (the dives'
+# precision near the least period needs them)
+DESCENT_TABLE_REUSE = 1.25
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
@@ -253,6 +259,7 @@ class _Runs:
         ``DESCENT_DIVES`` dives at most."""
         chain = self.chain
         dives = 0
+        tables_at = math.inf
         for step in DESCENT_STEPS:
             tried, misses = high, 0
             while misses < DESCENT_MISSES and dives < DESCENT_DIVES:
@@ -260,7 +267,9 @@ class _Runs:
                     raise OutOfTime
                 before = chain.work
                 tried *= 1 - step
-                found = chain.dive(self.caps(), tried)
+                if tried * DESCENT_TABLE_REUSE < tables_at or step == DESCENT_STEPS[-1]:
+                    tables_at = tried  # the finest step's at their own period (or within 5 %)
+                found = chain.dive(self.caps(), tried, tables_at=tables_at)
                 dives += 1
                 if self.allowance is not None:
                     self.allowance.charge(chain.work - before)
