@@ -94,7 +94,7 @@ from solvers.engine import OutOfTime
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
-# Before the bisection, dives at periods a step below the last plan's (at most
+# Before the bisection, dives at periods a step below the last one tried (at most
 # DESCENT_DIVES), going on below a dive that finds none until DESCENT_MISSES in a row
 # found none, then again from the last plan with the next, finer step: a few milliseconds
 # each where the label DP takes up to seconds, they bring the bisection's upper end down to
@@ -104,11 +104,12 @@ PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
 DESCENT_STEPS = (0.05, 0.01)
 DESCENT_DIVES = 48
 DESCENT_MISSES = 3
-# The descent's dives read bound tables made at a period up to this factor above theirs
-# (valid at any lower period, only looser): at K = 20 with a thousand free GPUs a table
-# costs several milliseconds, more than the dive, and made at each step the tables took
-# most of a front's time (scratch profile); the finest step's dives read their own (the dives'
-# precision near the least period needs them)
+# The descent's coarser steps read bound tables made at a period up to this factor above
+# theirs (valid at any lower period, only looser): at K = 20 with a thousand free GPUs a
+# table costs several milliseconds, more than the dive, and made at each step the tables
+# took most of a front's time (scratch profile); the finest step's dives read tables made
+# at their own period, or up to solvers.chain.TABLE_REUSE above as every run does (the
+# dives' precision near the least period needs them)
 DESCENT_TABLE_REUSE = 1.25
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
@@ -267,8 +268,12 @@ class _Runs:
                     raise OutOfTime
                 before = chain.work
                 tried *= 1 - step
-                if tried * DESCENT_TABLE_REUSE < tables_at or step == DESCENT_STEPS[-1]:
-                    tables_at = tried  # the finest step's at their own period (or within 5 %)
+                # tables made at or above the dive's period (below it they would prune
+                # plans), at most DESCENT_TABLE_REUSE above; the finest step's at its own
+                # period (solvers.chain.TABLE_REUSE above at most, as every run's)
+                if not tried <= tables_at <= tried * DESCENT_TABLE_REUSE \
+                        or step == DESCENT_STEPS[-1]:
+                    tables_at = tried
                 found = chain.dive(self.caps(), tried, tables_at=tables_at)
                 dives += 1
                 if self.allowance is not None:
