@@ -458,20 +458,19 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
                         if n1 + gpus_left_min[j, l1] > gpu_cap \
                                 or completion_bound[j, l1, k, u] >= INF:
                             continue
-                        i = size[j]
-                        cand_k[j, i], cand_o[j, i], cand_n[j, i] = k, o, n
-                        cand_c[j, i] = c1
-                        cand_m[j, i] = n * layer_time[o] + edge - period + carry
-                        score[i] = n * layer_time[o] + edge + d2 + completion_bound[j, l1, k, u]
-                        size[j] += 1
-                        if n > 1 and n1 + gpus_left_min[j, l0 + 1] <= gpu_cap \
-                                and completion_bound[j, l0 + 1, k, u] < INF:
-                            i = size[j]  # the thin stage, after every most-layers one
-                            cand_k[j, i], cand_o[j, i], cand_n[j, i] = k, o, 1
+                        # the most layers, then the thin stage (ranked after every
+                        # most-layers one), which passes the window where they do
+                        for n_c, rank in ((n, 0.0), (1, THIN)):
+                            l1 = l0 + n_c
+                            if rank > 0.0 and (n == 1 or n1 + gpus_left_min[j, l1] > gpu_cap
+                                               or completion_bound[j, l1, k, u] >= INF):
+                                break
+                            i = size[j]
+                            cand_k[j, i], cand_o[j, i], cand_n[j, i] = k, o, n_c
                             cand_c[j, i] = c1
-                            cand_m[j, i] = layer_time[o] + edge - period + carry
-                            score[i] = THIN + layer_time[o] + edge + d2 \
-                                + completion_bound[j, l0 + 1, k, u]
+                            cand_m[j, i] = n_c * layer_time[o] + edge - period + carry
+                            score[i] = rank + n_c * layer_time[o] + edge + d2 \
+                                + completion_bound[j, l1, k, u]
                             size[j] += 1
                         break
             if size[j] > 0:
