@@ -4,7 +4,7 @@ Two kernels, both over the positions of a pipeline counted from its end (0 = the
 which holds the LM head), for one (dp, micro-batch) pair at a fixed period cap ``P``:
 
 * :func:`completion`: a lower bound on what a partial plan still has to pay, by a backward
-  DP over (position, layers placed, domain, GPUs of the current segment);
+  DP over (position, domain, GPUs of the current segment, layers placed);
 * :func:`label_dp`: the label-setting DP itself (labels, dominance, the least objective).
 
 A label-setting DP is a sequence of small, data-dependent branches over lists of
@@ -49,52 +49,86 @@ def _grow(a, size):
 @nb.njit(cache=True)
 def completion(period, layers, positions, domains, options, dp, layer_time, first_time, gpus,
                cap, cap_first, free, delay, occupancy, units):
-    """``F[j, l, k, u]``: the least ``sum c + 2 sum delta`` still to come after a stage at
+    """``F[j, k, u, l]``: the least ``sum c + 2 sum delta`` still to come after a stage at
     position j in domain k, with l layers placed and ``u * dp`` GPUs in the current segment of
     k (``u`` at most ``units``; more reads as ``units``, a smaller value: the bound stays
     valid). Relaxed: no windows, and a domain entered again has all its GPUs free.
-    ``F[j, L, ., .] = 0``; ``INF`` where no completion exists."""
-    f = np.full((positions, layers + 1, domains, units + 1), INF)
-    f[:, layers, :, :] = 0.0
-    fresh = np.full((layers + 1, domains), INF)  # best next stage in a new segment of k'
+    ``F[j, ., ., L] = 0``; ``INF`` where no completion exists.
+
+    Layers last, so that the inner loops over layers read one contiguous row. A segment
+    whose domain keeps room for every stage still to come (``u * dp`` plus the most GPUs of
+    the stages after j within its free GPUs) meets no GPU check, so its row is that of
+    ``u = 0``: it is copied, not computed (a domain with more free GPUs than
+    any plan holds has only such rows)."""
+    f = np.full((positions, domains, units + 1, layers + 1), INF)
+    f[:, :, :, layers] = 0.0
+    most = gpus.max()
+    fresh = np.full((domains, layers + 1), INF)
+    best = np.empty(layers)
+    step = np.empty(layers + 1)
+    # an option with no fewer GPUs, no faster layers, no cheaper embedding and no larger
+    # caps than another at a position adds no smaller value there (the table grows with u)
+    keep = np.ones((positions, options), np.bool_)
+    for p in range(1, positions):
+        for o in range(options):
+            for o2 in range(options):
+                if o2 != o and gpus[o2] <= gpus[o] and layer_time[o2] <= layer_time[o] \
+                        and first_time[o2] <= first_time[o] and cap[p, o2] >= cap[p, o] \
+                        and cap_first[p, o2] >= cap_first[p, o] \
+                        and (o2 < o or gpus[o2] < gpus[o] or layer_time[o2] < layer_time[o]
+                             or first_time[o2] < first_time[o] or cap[p, o2] > cap[p, o]
+                             or cap_first[p, o2] > cap_first[p, o]):
+                    keep[p, o] = False
+                    break
     for j in range(positions - 2, -1, -1):
         p = j + 1
         for kk in range(domains):
+            row = fresh[kk]
             for lo in range(layers):
-                fresh[lo, kk] = INF
+                row[lo] = INF
             for o in range(options):
-                if gpus[o] > free[kk]:
+                if not keep[p, o] or gpus[o] > free[kk]:
                     continue
-                u1 = min(gpus[o] // dp, units)
-                for lo in range(layers):
-                    n = layers - lo
-                    if n <= cap_first[p, o]:
-                        fresh[lo, kk] = min(fresh[lo, kk], n * layer_time[o] + first_time[o])
-                    for n in range(1, min(cap[p, o], layers - lo - 1) + 1):
-                        fresh[lo, kk] = min(fresh[lo, kk], n * layer_time[o] + f[p, lo + n, kk, u1])
+                src = f[p, kk, min(gpus[o] // dp, units)]
+                lt, ft, c, cf = layer_time[o], first_time[o], cap[p, o], cap_first[p, o]
+                for n in range(layers + 1):
+                    step[n] = n * lt
+                for lo in range(max(layers - cf, 0), layers):
+                    row[lo] = min(row[lo], (layers - lo) * lt + ft)
+                for n in range(1, min(c, layers - 1) + 1):
+                    s = step[n]
+                    for lo in range(layers - n):
+                        row[lo] = min(row[lo], s + src[lo + n])
         for k in range(domains):
             top = min(free[k] // dp, units)
+            room = free[k] - (positions - 1 - j) * most
+            low = min(room // dp, top) if room >= 0 else 0
             for lo in range(layers):
-                best = INF
+                b = INF
                 for kk in range(domains):
                     if kk != k and occupancy[kk, k] <= period:
-                        best = min(best, 2.0 * delay[kk, k] + fresh[lo, kk])
-                for u in range(top + 1):
-                    f[j, lo, k, u] = best
+                        b = min(b, 2.0 * delay[kk, k] + fresh[kk, lo])
+                best[lo] = b
             stay = 2.0 * delay[k, k]
-            for u in range(top + 1):
+            for u in range(low, top + 1):
+                dst = f[j, k, u]
+                for lo in range(layers):
+                    dst[lo] = best[lo]
                 for o in range(options):
-                    if u * dp + gpus[o] > free[k]:
+                    if not keep[p, o] or u * dp + gpus[o] > free[k]:
                         continue
-                    u1 = min(u + gpus[o] // dp, units)
-                    for lo in range(layers):
-                        n = layers - lo
-                        if n <= cap_first[p, o]:
-                            f[j, lo, k, u] = min(f[j, lo, k, u],
-                                                 stay + n * layer_time[o] + first_time[o])
-                        for n in range(1, min(cap[p, o], layers - lo - 1) + 1):
-                            f[j, lo, k, u] = min(f[j, lo, k, u],
-                                                 stay + n * layer_time[o] + f[p, lo + n, k, u1])
+                    src = f[p, k, min(u + gpus[o] // dp, units)]
+                    lt, ft, c, cf = layer_time[o], first_time[o], cap[p, o], cap_first[p, o]
+                    for n in range(layers + 1):
+                        step[n] = stay + n * lt
+                    for lo in range(max(layers - cf, 0), layers):
+                        dst[lo] = min(dst[lo], step[layers - lo] + ft)
+                    for n in range(1, min(c, layers - 1) + 1):
+                        s = step[n]
+                        for lo in range(layers - n):
+                            dst[lo] = min(dst[lo], s + src[lo + n])
+            for u in range(low):
+                f[j, k, u] = f[j, k, low]
     return f
 
 
@@ -246,7 +280,7 @@ def label_dp(period, layers, positions, domains, options, dp, layer_time, first_
                                 check_at = min(work_budget, work + CLOCK_EVERY)
                             if n1 + gpus_left_min[j, l1] > gpu_cap:
                                 continue
-                            rest = completion_bound[j, l1, k, u_key]
+                            rest = completion_bound[j, k, u_key, l1]
                             if rest >= INF:
                                 continue
                             v1 = v0 + w_t * (c + d2) + step_v
@@ -456,21 +490,21 @@ def probe(period, layers, positions, domains, options, dp, layer_time, first_tim
                         if n * layer_time[o] + edge - period + carry > 0.0:
                             continue
                         if n1 + gpus_left_min[j, l1] > gpu_cap \
-                                or completion_bound[j, l1, k, u] >= INF:
+                                or completion_bound[j, k, u, l1] >= INF:
                             continue
                         # the most layers, then the thin stage (ranked after every
                         # most-layers one), which passes the window where they do
                         for n_c, rank in ((n, 0.0), (1, THIN)):
                             l1 = l0 + n_c
                             if rank > 0.0 and (n == 1 or n1 + gpus_left_min[j, l1] > gpu_cap
-                                               or completion_bound[j, l1, k, u] >= INF):
+                                               or completion_bound[j, k, u, l1] >= INF):
                                 break
                             i = size[j]
                             cand_k[j, i], cand_o[j, i], cand_n[j, i] = k, o, n_c
                             cand_c[j, i] = c1
                             cand_m[j, i] = n_c * layer_time[o] + edge - period + carry
                             score[i] = rank + n_c * layer_time[o] + edge + d2 \
-                                + completion_bound[j, l1, k, u]
+                                + completion_bound[j, k, u, l1]
                             size[j] += 1
                         break
             if size[j] > 0:
