@@ -108,6 +108,105 @@ def test_the_engine_agrees_with_brute_force(seed):
     assert decided > 0
 
 
+def _relaxed_completion(period, layers, positions, domains, options, dp, layer_time,
+                        first_time, gpus, cap, cap_first, free, delay, occupancy, units):
+    """The table :func:`solvers.label_kernels.completion` states, by plain recursion on its
+    definition: ``F(j, k, u, l)``, the least ``sum c + 2 sum delta`` of the stages after a
+    stage at position j in domain k, with l layers placed and ``u * dp`` GPUs in the
+    current segment (a domain entered again has all its GPUs free)."""
+    import functools
+
+    @functools.cache
+    def rest(j, k, u, placed):
+        if placed == layers:
+            return 0.0
+        best = math.inf
+        for k2 in range(domains):
+            if k2 != k and occupancy[k2, k] > period:
+                continue
+            base = u * dp if k2 == k else 0
+            for o in range(options):
+                if base + gpus[o] > free[k2]:
+                    continue
+                stage = 2 * delay[k2, k]
+                left = layers - placed
+                if 1 <= left <= cap_first[j + 1, o]:  # the first stage closes the plan
+                    best = min(best, stage + left * layer_time[o] + first_time[o])
+                if j + 1 < positions - 1:
+                    u1 = min((base + gpus[o]) // dp, units)
+                    for n in range(1, min(cap[j + 1, o], left - 1) + 1):
+                        best = min(best, stage + n * layer_time[o]
+                                   + rest(j + 1, k2, u1, placed + n))
+        return best
+
+    return rest
+
+
+def _random_table_inputs(rng):
+    """Random inputs of :func:`solvers.label_kernels.completion`: options whose GPUs, layer
+    times and caps cross each other (an instance's seldom do), a domain with room for every
+    stage, and slow links."""
+    positions, domains, options, layers = (int(rng.integers(2, 6)), int(rng.integers(1, 4)),
+                                           int(rng.integers(1, 7)), int(rng.integers(2, 11)))
+    gpus = rng.choice([1, 2, 4], size=options).astype(np.int64)
+    layer_time = rng.choice([0.5, 1.0, 1.5], size=options) / gpus
+    first_time = rng.choice([0.0, 0.25], size=options)
+    cap = rng.integers(-1, layers + 1, size=(positions, options)).astype(np.int64)
+    cap_first = rng.integers(-1, layers + 1, size=(positions, options)).astype(np.int64)
+    dp = int(rng.choice([1, 2]))
+    free = rng.integers(0, 9, size=domains).astype(np.int64) * dp
+    free[rng.integers(domains)] = positions * 4 * dp
+    delay = rng.uniform(0.0, 0.5, size=(domains, domains))
+    occupancy = rng.uniform(0.0, 2.0, size=(domains, domains))
+    units = int(min(free.max(), positions * gpus.max()) // dp)
+    return (1.0, layers, positions, domains, options, dp, layer_time, first_time, gpus, cap,
+            cap_first, free, delay, occupancy, units)
+
+
+def _instance_table_inputs(rng):
+    """The inputs of :func:`solvers.label_kernels.completion` for the pairs of an audit
+    instance, under a random load and period."""
+    instance = audit_instance(rng)
+    for tables in all_pair_tables(instance):
+        if tables.interleaved:
+            continue
+        chain = chain_of(tables)
+        free = (tables.free_gpus * rng.uniform(0, 1.5, tables.num_domains)).astype(np.int64)
+        free[rng.integers(tables.num_domains)] = tables.positions * int(tables.gpus.max()) * 2
+        loosest = chain.run(chain.caps(None, None), 1e30, feasibility=True)
+        period = 1e30 if loosest is None else loosest.period * rng.uniform(0.6, 1.5)
+        cap, cap_first = (c[:, 0, :] for c in chain.layer_caps(period))
+        yield (period, tables.layers, tables.positions, tables.num_domains,
+               tables.num_options, tables.dp, tables.layer_time, tables.first_time,
+               chain.gpus, cap, cap_first, free, tables.delay, tables.occupancy, chain.units)
+
+
+def test_the_bound_tables_are_the_relaxed_completion(seed):
+    """The completion bounds the DP and the dives prune by equal their definition, computed
+    by recursion, on audit instances under random loads and periods and on random inputs
+    (the kernel skips options another dominates at a position, and copies the rows of a
+    segment whose domain has room for every stage still to come: one domain has)."""
+    from solvers.label_kernels import INF, completion
+
+    rng = np.random.default_rng(seed + 3)
+    cases = [case for _ in range(COUNT) for case in _instance_table_inputs(rng)]
+    cases += [_random_table_inputs(rng) for _ in range(200)]
+    compared = 0
+    for number, args in enumerate(cases):
+        table, rest = completion(*args), _relaxed_completion(*args)
+        dp, free = args[5], args[11]
+        for j, k, u, placed in np.ndindex(table.shape):
+            if u * dp > free[k] or j == args[2] - 1:
+                continue
+            want, got = rest(j, k, u, placed), table[j, k, u, placed]
+            where = f"seed {seed}: case {number}, F[{j}, {k}, {u}, {placed}]"
+            assert (got >= INF) == (want == math.inf), where
+            if want < math.inf:
+                assert got == pytest.approx(want, rel=1e-12), where
+            compared += 1
+    assert compared > 0
+
+
 def _a_pair():
     instance = tiny_instance(3, domains=4, layers=10, free_gpus=(2, 2, 1, 1))
     tables = next(t for t in all_pair_tables(instance) if t.dp == 1 and t.micro_batch == 1)
