@@ -256,13 +256,12 @@ class Chain:
                            for q, (d, x, y) in enumerate(stages)})
 
     def dive(self, caps: Caps, period: float, candidates: int = PROBE_WORK,
-             allreduce: float = OPEN, optimizer: float = OPEN,
-             tables_at: float | None = None) -> Terms | None:
+             allreduce: float = OPEN, optimizer: float = OPEN) -> Terms | None:
         """A plan under the caps with period at most ``period`` found by the depth-first
         dive of :func:`~solvers.label_kernels.probe` within ``candidates``, or None (which
         proves nothing). Its work is counted at ``1 / PROBE_SPEED`` unit a candidate."""
         return self._dive(caps, period, candidates,
-                          self._inputs(period, allreduce, optimizer, tables_at))
+                          self._inputs(period, allreduce, optimizer, None))
 
     def _inputs(self, period: float, allreduce: float, optimizer: float,
                 tables_at: float | None) -> tuple:
