@@ -104,6 +104,13 @@ PERIOD_PRECISION = 0.01  # relative width at which the period's bisection stops
 DESCENT_STEPS = (0.05, 0.01)
 DESCENT_DIVES = 48
 DESCENT_MISSES = 3
+# The coarse step doubles after each plan, up to this, and falls back to the step after a
+# dive that finds none: the first plan's period can be several times the least (the open
+# run's dive orders by the relaxed sum of stage times, not by the period), and a 5 % walk
+# took up to 37 dives, each with its bound tables, about half of a cold decision's time on
+# the generated K = 20 instances (scratch profile); the same end in 15 dives instead of 26
+# on a pair of the full space's K = 20 70B instance (tests/test_lower.py)
+DESCENT_STRIDE_MAX = 0.4
 # Each dive reads bound tables made at its own period (or up to solvers.chain.TABLE_REUSE
 # above, as every run's): read from tables made up to 25 % above, the coarser steps' dives
 # found worse plans on the full space's K = 12-20 fronts (81.3 % coverage against 84.7 %,
@@ -252,28 +259,35 @@ class _Runs:
     def descend(self, high: float) -> float:
         """The least period of the plans that dives (:meth:`solvers.chain.Chain.dive`) find
         at periods a step below the last one tried, starting below ``high``: after a plan,
-        below its period; after ``DESCENT_MISSES`` dives in a row that find none (which
+        below its period (by the first step doubled after each plan, up to
+        ``DESCENT_STRIDE_MAX``; after a dive at a doubled step that finds none, by the step
+        again); after ``DESCENT_MISSES`` dives in a row at the step that find none (which
         proves nothing), again below the last plan's with the next of ``DESCENT_STEPS``;
         ``DESCENT_DIVES`` dives at most."""
         chain = self.chain
         dives = 0
         for step in DESCENT_STEPS:
-            tried, misses = high, 0
+            tried, misses, stride = high, 0, step
             while misses < DESCENT_MISSES and dives < DESCENT_DIVES:
                 if self.allowance is not None and self.allowance.spent():
                     raise OutOfTime
                 before = chain.work
-                tried *= 1 - step
+                tried *= 1 - stride
                 found = chain.dive(self.caps(), tried)
                 dives += 1
                 if self.allowance is not None:
                     self.allowance.charge(chain.work - before)
                 if found is None or self.offer(found) is not None:
-                    misses += 1
+                    if stride > step:  # back to the step, below the last plan
+                        tried, stride = high, step
+                    else:
+                        misses += 1
                     continue
                 misses = 0
                 high = min(high, found.period)
                 tried = high
+                if step == DESCENT_STEPS[0]:  # the coarse steps accelerate
+                    stride = min(2 * stride, DESCENT_STRIDE_MAX)
         return high
 
     def floor(self) -> float:

@@ -287,6 +287,36 @@ def test_the_descent_comes_near_the_least_period_on_the_full_space(name, dp, wit
     assert high <= (1 + within) * least
 
 
+def test_the_descent_doubles_its_coarse_step_after_each_plan(monkeypatch):
+    """From a first plan far above the least period, the coarse step doubles after each
+    plan: on a pair of the full space's K = 20 70B instance the descent ends at the same
+    period in fewer dives than with the 5 % step alone (measured 15 against 26)."""
+    import rl.lower as lower
+    from solvers.chain import Chain
+
+    instance = Instance.load(SUITES_DIR / "full" / f"{FULL_70B[0]}.json")
+    pair = {(t.dp, t.micro_batch): t for t in all_pair_tables(instance)}[(2, 1)]
+    asked = []
+    dive = Chain.dive
+
+    def counted(self, caps, period, *args, **kwargs):
+        asked.append(period)
+        return dive(self, caps, period, *args, **kwargs)
+
+    monkeypatch.setattr(Chain, "dive", counted)
+    ends = []
+    for stride_max in (lower.DESCENT_STEPS[0], lower.DESCENT_STRIDE_MAX):
+        monkeypatch.setattr(lower, "DESCENT_STRIDE_MAX", stride_max)
+        forget()
+        runs = lower._Runs(pair, Budgets(), None)
+        start = runs.at(1e30, True).period
+        asked.clear()
+        ends.append((runs.descend(start), len(asked)))
+    (plain, plain_dives), (doubled, doubled_dives) = ends
+    assert doubled <= plain * (1 + 1e-9)
+    assert doubled_dives < plain_dives
+
+
 def test_a_placement_stopped_in_a_run_bisects_above_that_run_the_next_time(monkeypatch):
     """A feasibility run stopped by the allowance is remembered; the next placement under
     the same budgets tries a period above it, so that repeated decisions progress from
