@@ -107,14 +107,15 @@ DESCENT_MISSES = 3
 # The coarse step doubles after each plan, up to this, and falls back to the step after a
 # dive that finds none: the first plan's period can be several times the least (the open
 # run's dive orders by the relaxed sum of stage times, not by the period), and a 5 % walk
-# took up to 37 dives, each with its bound tables, about half of a cold decision's time on
-# the generated K = 20 instances (scratch profile); the same end in 15 dives instead of 26
-# on a pair of the full space's K = 20 70B instance (tests/test_lower.py)
+# took dozens of dives, each with its bound tables, a large part of a cold decision's time
+# on the generated K = 20 instances (scratch profile); the same end in fewer dives on a
+# pair of the full space's K = 20 70B instance (tests/test_lower.py)
 DESCENT_STRIDE_MAX = 0.4
 # Each dive reads bound tables made at its own period (or up to solvers.chain.TABLE_REUSE
 # above, as every run's): read from tables made up to 25 % above, the coarser steps' dives
 # found worse plans on the full space's K = 12-20 fronts (81.3 % coverage against 84.7 %,
-# one run each); since its tables cost 6x less, a table costs about what a dive does
+# one run each); since the tables were made several times faster, a table costs about
+# what a dive does
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
