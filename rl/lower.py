@@ -112,10 +112,11 @@ DESCENT_MISSES = 3
 # pair of the full space's K = 20 70B instance (tests/test_lower.py)
 DESCENT_STRIDE_MAX = 0.4
 # Each dive reads bound tables made at its own period (or up to solvers.chain.TABLE_REUSE
-# above, as every run's): read from tables made up to 25 % above, the coarser steps' dives
-# found worse plans on the full space's K = 12-20 fronts (81.3 % coverage against 84.7 %,
-# one run each); since the tables were made several times faster, a table costs about
-# what a dive does
+# above, as every run's), not from tables made up to 25 % above as last round: under a
+# counted allowance such looser tables steered some dives on the full space's 70B fronts
+# worse (scratch comparison), and since the tables were made several times faster a
+# table costs about what a dive does (the full suite's K = 12-20 coverage, 81.3 % with
+# them, 81.9-84.7 % without in two runs, moves as much from run to run)
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
@@ -260,9 +261,10 @@ class _Runs:
     def descend(self, high: float) -> float:
         """The least period of the plans that dives (:meth:`solvers.chain.Chain.dive`) find
         at periods a step below the last one tried, starting below ``high``: after a plan,
-        below its period (by the first step doubled after each plan, up to
-        ``DESCENT_STRIDE_MAX``; after a dive at a doubled step that finds none, by the step
-        again); after ``DESCENT_MISSES`` dives in a row at the step that find none (which
+        below its period (with the first of ``DESCENT_STEPS``, by that step doubled after
+        each plan, up to ``DESCENT_STRIDE_MAX``, and after a dive at a doubled step that
+        finds none, by the step again; the finer steps stay fixed); after
+        ``DESCENT_MISSES`` dives in a row at the step that find none (which
         proves nothing), again below the last plan's with the next of ``DESCENT_STEPS``;
         ``DESCENT_DIVES`` dives at most."""
         chain = self.chain
@@ -287,7 +289,7 @@ class _Runs:
                 misses = 0
                 high = min(high, found.period)
                 tried = high
-                if step == DESCENT_STEPS[0]:  # the coarse steps accelerate
+                if step == DESCENT_STEPS[0]:  # the coarse step doubles
                     stride = min(2 * stride, DESCENT_STRIDE_MAX)
         return high
 

@@ -58,11 +58,11 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
     Layers last, so that the inner loops over layers read one contiguous row. A segment
     whose domain keeps room for every stage still to come (``u * dp`` plus the most GPUs of
     the stages after j within its free GPUs) meets no GPU check, so its row is that of
-    ``u = 0``: it is copied, not computed (a domain with more free GPUs than
-    any plan holds has only such rows)."""
+    ``u = 0``: it is copied, not computed (a domain with twice the GPUs any plan holds has
+    only such rows)."""
     f = np.full((positions, domains, units + 1, layers + 1), INF)
     f[:, :, :, layers] = 0.0
-    most = gpus.max()
+    most = gpus.max() if options > 0 else 0
     fresh = np.full((domains, layers + 1), INF)
     best = np.empty(layers)
     step = np.empty(layers + 1)

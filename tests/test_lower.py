@@ -317,6 +317,54 @@ def test_the_descent_doubles_its_coarse_step_after_each_plan(monkeypatch):
     assert doubled_dives < plain_dives
 
 
+def test_the_descent_steps_by_its_rule(monkeypatch):
+    """The descent's periods, with dives scripted to find a plan at the period asked down to
+    0.48 and none below: the coarse step doubles after each plan (5, 10, 20, 40 %), falls
+    back to 5 % below the last plan after a miss at a doubled step (not a miss counted),
+    ends after ``DESCENT_MISSES`` misses at 5 %, then goes on from the last plan in 1 %
+    steps until as many misses there."""
+    import types
+
+    import rl.lower as lower
+    from solvers.chain import Chain
+
+    asked = []
+
+    def scripted(self, caps, period, *args, **kwargs):
+        asked.append(period)
+        return types.SimpleNamespace(period=period) if period >= 0.48 else None
+
+    monkeypatch.setattr(Chain, "dive", scripted)
+    monkeypatch.setattr(lower._Runs, "offer", lambda self, terms: None)
+    monkeypatch.setattr(lower, "DESCENT_STEPS", (0.05, 0.01))
+    monkeypatch.setattr(lower, "DESCENT_STRIDE_MAX", 0.4)
+    monkeypatch.setattr(lower, "DESCENT_MISSES", 3)
+    monkeypatch.setattr(lower, "DESCENT_DIVES", 100)
+    forget()
+    runs = lower._Runs(all_pair_tables(Instance.load(QUICK[0]))[0], Budgets(), None)
+    end = runs.descend(1.0)
+    want, high, stride = [], 1.0, 0.05
+    while True:  # the coarse phase, by the rule
+        tried = high * (1 - stride)
+        want.append(tried)
+        if tried >= 0.48:
+            high, stride = tried, min(2 * stride, 0.4)
+        elif stride > 0.05:
+            stride = 0.05
+        else:
+            break
+    want += [high * 0.95 ** 2, high * 0.95 ** 3]  # two more misses at 5 %
+    fine = high
+    while fine * 0.99 >= 0.48:
+        fine *= 0.99
+        want.append(fine)
+    want += [fine * 0.99 ** q for q in (1, 2, 3)]
+    assert asked == pytest.approx(want, rel=1e-12)
+    assert end == pytest.approx(fine, rel=1e-12)
+    assert want[:4] == pytest.approx([0.95, 0.855, 0.684, 0.4104])
+    assert len(want) - want.index(high * 0.95 ** 3) > 5  # plans in the fine phase too
+
+
 def test_a_placement_stopped_in_a_run_bisects_above_that_run_the_next_time(monkeypatch):
     """A feasibility run stopped by the allowance is remembered; the next placement under
     the same budgets tries a period above it, so that repeated decisions progress from
