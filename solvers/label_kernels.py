@@ -47,6 +47,19 @@ def _grow(a, size):
 
 
 @nb.njit(cache=True)
+def _next_stage(dst, rest, step, first_time, cap, cap_first, layers):
+    """``dst[l] = min(dst[l], step[n] + rest[l + n])`` over the middle stages of n layers
+    (``1 <= n <= cap``, layers left after them), and ``step[L - l] + first_time`` where the
+    next stage closes the plan as the first (``L - l <= cap_first``)."""
+    for lo in range(max(layers - cap_first, 0), layers):
+        dst[lo] = min(dst[lo], step[layers - lo] + first_time)
+    for n in range(1, min(cap, layers - 1) + 1):
+        s = step[n]
+        for lo in range(layers - n):
+            dst[lo] = min(dst[lo], s + rest[lo + n])
+
+
+@nb.njit(cache=True)
 def completion(period, layers, positions, domains, options, dp, layer_time, first_time, gpus,
                cap, cap_first, free, delay, occupancy, units):
     """``F[j, k, u, l]``: the least ``sum c + 2 sum delta`` still to come after a stage at
@@ -65,7 +78,14 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
     most = gpus.max() if options > 0 else 0
     fresh = np.full((domains, layers + 1), INF)
     best = np.empty(layers)
-    step = np.empty(layers + 1)
+    # n layers of option o: n c_o in a new segment, 2 delta_kk + n c_o staying in domain k
+    step_new = np.empty((options, layers + 1))
+    step_stay = np.empty((domains, options, layers + 1))
+    for o in range(options):
+        for n in range(layers + 1):
+            step_new[o, n] = n * layer_time[o]
+            for k in range(domains):
+                step_stay[k, o, n] = 2.0 * delay[k, k] + n * layer_time[o]
     # an option with no fewer GPUs, no faster layers, no cheaper embedding and no larger
     # caps than another at a position adds no smaller value there (the table grows with u)
     keep = np.ones((positions, options), np.bool_)
@@ -89,16 +109,8 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
             for o in range(options):
                 if not keep[p, o] or gpus[o] > free[kk]:
                     continue
-                src = f[p, kk, min(gpus[o] // dp, units)]
-                lt, ft, c, cf = layer_time[o], first_time[o], cap[p, o], cap_first[p, o]
-                for n in range(layers + 1):
-                    step[n] = n * lt
-                for lo in range(max(layers - cf, 0), layers):
-                    row[lo] = min(row[lo], (layers - lo) * lt + ft)
-                for n in range(1, min(c, layers - 1) + 1):
-                    s = step[n]
-                    for lo in range(layers - n):
-                        row[lo] = min(row[lo], s + src[lo + n])
+                _next_stage(row, f[p, kk, min(gpus[o] // dp, units)], step_new[o],
+                            first_time[o], cap[p, o], cap_first[p, o], layers)
         for k in range(domains):
             top = min(free[k] // dp, units)
             room = free[k] - (positions - 1 - j) * most
@@ -109,7 +121,6 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
                     if kk != k and occupancy[kk, k] <= period:
                         b = min(b, 2.0 * delay[kk, k] + fresh[kk, lo])
                 best[lo] = b
-            stay = 2.0 * delay[k, k]
             for u in range(low, top + 1):
                 dst = f[j, k, u]
                 for lo in range(layers):
@@ -117,16 +128,8 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
                 for o in range(options):
                     if not keep[p, o] or u * dp + gpus[o] > free[k]:
                         continue
-                    src = f[p, k, min(u + gpus[o] // dp, units)]
-                    lt, ft, c, cf = layer_time[o], first_time[o], cap[p, o], cap_first[p, o]
-                    for n in range(layers + 1):
-                        step[n] = stay + n * lt
-                    for lo in range(max(layers - cf, 0), layers):
-                        dst[lo] = min(dst[lo], step[layers - lo] + ft)
-                    for n in range(1, min(c, layers - 1) + 1):
-                        s = step[n]
-                        for lo in range(layers - n):
-                            dst[lo] = min(dst[lo], s + src[lo + n])
+                    _next_stage(dst, f[p, k, min(u + gpus[o] // dp, units)], step_stay[k, o],
+                                first_time[o], cap[p, o], cap_first[p, o], layers)
             for u in range(low):
                 f[j, k, u] = f[j, k, low]
     return f
