@@ -281,15 +281,10 @@ _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and p
 def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: HippoOptions,
            preferences: tuple) -> MethodRun:
     from formulation.evaluator import evaluate_plans
-    from rl.decide import (
-        DEFAULT_CHECKPOINT,
-        SWEEP_PREFERENCES,
-        DecisionSettings,
-        Scheduler,
-        sweep_front,
-    )
+    from rl.decide import DEFAULT_CHECKPOINT, DecisionSettings, Scheduler
     from rl.env import NoPlanWithinBudget
     from rl.masks import NO_BUDGETS
+    from rl.sweep import SWEEP_PREFERENCES, sweep_front
 
     checkpoint = options.checkpoint or str(DEFAULT_CHECKPOINT)
     scheduler = _SCHEDULERS.get(checkpoint)

@@ -21,11 +21,11 @@ from rl.decide import (
     DecisionSettings,
     Scheduler,
     parse_weights,
-    sweep_front,
 )
 from rl.env import NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import Budgets
+from rl.sweep import sweep_front
 from rl.train import HiPPOConfig, train
 from solvers.tables import all_pair_tables
 
@@ -334,7 +334,7 @@ def test_shipped_checkpoint_loads_and_decides(instance: Instance):
 
 
 def test_preference_grid_covers_the_simplex():
-    from rl.decide import preference_grid
+    from rl.sweep import preference_grid
 
     grid = preference_grid(10)
     assert len(grid) == 66 and len(set(grid)) == 66
