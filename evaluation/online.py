@@ -138,13 +138,17 @@ def run_online_unit(unit: OnlineUnit) -> dict:
             "logs": logs}
 
 
+DEFAULT_HOURS = 6.0  # simulated hours of a drawn scenario
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="python -m evaluation.online",
                        description="Score re-planning policies through dynamic scenarios.")
     parser.add_argument("--suite", default="quick", help="quick, bench, full or a directory "
                         "of instance JSON files")
-    parser.add_argument("--hours", type=number_arg(1e-3, MAX_HOURS), default=6.0,
-                        help="simulated hours of training (default 6)")
+    parser.add_argument("--hours", type=number_arg(1e-3, MAX_HOURS), default=None,
+                        help=f"simulated hours of training (default {DEFAULT_HOURS:g}; with "
+                        "--scenario, its horizon)")
     parser.add_argument("--policies", nargs="+", default=list(KINDS), metavar="KIND[:PLANNER]",
                         help=f"policy kinds ({', '.join(KINDS)}), each with every planner, or "
                              "KIND:PLANNER items (default: every kind); the oracle always runs")
@@ -223,6 +227,10 @@ def _instances(args: argparse.Namespace) -> list[Path]:
 
 def evaluate_online(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.scenario is not None and args.hours is not None:
+        raise InputError("--hours: a replayed --scenario runs for its own horizon_s")
+    if args.hours is None:
+        args.hours = DEFAULT_HOURS
     options = options_from_args(args)
     if all(getattr(args, f) is None for f in ("generations", "population", "descent")):
         options["nsga2"] = ONLINE_NSGA2
@@ -248,10 +256,12 @@ def evaluate_online(args: argparse.Namespace) -> int:
         scenario = Scenario.load(args.scenario, instance) if args.scenario is not None \
             else generate_scenario(instance, args.seed, ScenarioSettings(hours=args.hours))
         costs = RunCosts()
-        if scenario.horizon_s / costs.trace_interval_s > MAX_INTERVALS:
-            raise InputError(f"{args.scenario}: horizon_s {scenario.horizon_s:g} is longer "
-                             f"than a run simulates ({MAX_INTERVALS:,} samples of "
-                             f"{costs.trace_interval_s:g} s)")
+        samples = math.ceil(scenario.horizon_s / costs.trace_interval_s - 1e-9)
+        if not 1 <= samples <= MAX_INTERVALS:  # as Scenario.to_trace samples it
+            raise InputError(f"{args.scenario or instance.name}: horizon_s "
+                             f"{scenario.horizon_s:g} needs 1 to {MAX_INTERVALS:,} samples of "
+                             f"{costs.trace_interval_s:g} s, the run's simulation step; got "
+                             f"{samples}")
         if args.scenario is not None:
             args.hours = scenario.horizon_s / 3600.0  # what the report says was run
         units.append(OnlineUnit(read_json(path, "instance"), scenario.to_dict(),

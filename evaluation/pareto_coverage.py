@@ -118,8 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     add_where_arguments(parser, "results")
     parser.add_argument("--seeds", type=integer_arg(1, 1000), default=3,
                         help="a count: each seeded method runs with seeds 0..N-1 (default 3)")
-    parser.add_argument("--repeats", type=integer_arg(0, 10_000), default=3,
-                        help="timed decisions per unit after one warm-up")
+    parser.add_argument("--repeats", type=integer_arg(1, 10_000), default=3,
+                        help="timed decisions per unit after one warm-up (default 3)")
     add_method_arguments(parser)
     parser.add_argument("--target-gap", type=number_arg(0, 0.999), default=0.05,
                         help="time-to-target: hypervolume ratio >= 1 - this")

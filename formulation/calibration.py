@@ -169,11 +169,17 @@ def read_table(path: str | Path) -> list[PublishedRun]:
     missing = [column for column in COLUMNS if column not in (reader.fieldnames or ())]
     if missing:
         raise InputError(f"{where} has no column {missing[0]!r}")
+    unknown = [column for column in reader.fieldnames if column not in COLUMNS]
+    if unknown:
+        raise InputError(f"{where}: column {unknown[0]!r} is not a known field")
     rows = []
     for number, record in enumerate(reader, start=1):
         if number > MAX_ROWS:
             raise InputError(f"{where} has more than {MAX_ROWS:,} rows")
         at = f"{where} row {number}"
+        if None in record:  # DictReader's key for cells beyond the header's
+            raise InputError(f"{at} has more cells than the header's "
+                             f"{len(reader.fieldnames)}")
         values = {c: _value(record.get(c), c, at) for c in COLUMNS}
         model = ModelSpec(name=values["label"], **{c: values.pop(c) for c in MODEL_COLUMNS})
         row = PublishedRun(source=Path(path).stem, model=model, **values)

@@ -11,7 +11,8 @@ An output is checked before a run does its work (:func:`output_path`,
   ``/dev/full``, a FIFO, a socket, a directory, a broken link) is refused: renaming over
   it would replace it. A link to a regular file is followed: the file it names is replaced
   and the link kept;
-* the directory an output goes into must exist: a typo never creates a tree.
+* the directory an output goes into must exist (a typo never creates a tree) and take a
+  new file.
 
 Files are written beside their destination and renamed over it (:func:`write_atomic`), so
 a reader sees the old file or the new one, never half of one. A results directory is
@@ -71,11 +72,19 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _in_a_directory(value: str | Path, flag: str) -> Path:
-    """``value`` with links resolved, whose directory exists (nothing is created)."""
+    """``value`` with links resolved, whose directory exists and takes a new file (one is
+    made and removed, as the atomic write will; nothing else is created)."""
     target = Path(value).resolve()
     if not target.parent.is_dir():
         raise InputError(f"{flag} {str(value)!r}: directory {str(target.parent)!r} "
                          "does not exist")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".probe.", dir=target.parent)
+    except OSError as err:
+        raise InputError(f"{flag} {str(value)!r}: cannot write in directory "
+                         f"{str(target.parent)!r} ({err.strerror or err})") from None
+    os.close(handle)
+    os.unlink(probe)
     return target
 
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from formulation.instance import Instance
+from formulation.instance import LINK_LIMITS, PHYSICAL_LEAST, Instance
 from formulation.schema import InputError, Reader, check_number, read_json, read_text
 from formulation.trace import MAX_INTERVALS, Failure, Trace
 
@@ -95,6 +95,16 @@ class Event:
         return out
 
 
+def _check_link(r: Reader, factor: float, nominal: float, key: str, unit: str) -> None:
+    """A link event's factor keeps the link within what an instance may state
+    (:data:`~formulation.instance.LINK_LIMITS`; a bandwidth of at least ``PHYSICAL_LEAST``)."""
+    scaled = factor * nominal
+    least = PHYSICAL_LEAST if key == "bandwidth_gbps" else 0.0
+    if not least <= scaled <= LINK_LIMITS[key]:
+        raise InputError(f"{r.path_of('value')}: {factor:g} x the link's {nominal:g} {unit} "
+                         f"is {scaled:g} {unit}, outside [{least:g}, {LINK_LIMITS[key]:g}]")
+
+
 def _event(raw: dict[str, Any], where: str, instance: Instance, horizon_s: float) -> Event:
     """One event read from its fields (JSON object or CSV row) and checked against the
     instance; raises InputError naming ``where`` and the field."""
@@ -118,10 +128,14 @@ def _event(raw: dict[str, Any], where: str, instance: Instance, horizon_s: float
         value = float(r.integer("value", low=1, high=instance.domains[domain].gpus))
     elif kind is EventKind.LATENCY:
         value = r.number("value", low=1)
+        _check_link(r, value, float(instance.links.latency_ms[domain, peer]), "latency_ms",
+                    "ms")
     elif kind is EventKind.LOAD:
         value = r.number("value", low=0, high=float(load_ceiling(instance)[domain]))
     elif kind is EventKind.BANDWIDTH:
         value = r.number("value", low=0, low_open=True)
+        _check_link(r, value, float(instance.links.bandwidth_gbps[domain, peer]),
+                    "bandwidth_gbps", "Gbit/s")
     if wants["duration_s"]:
         duration = r.number("duration_s", low=0, low_open=True)
     r.finish()

@@ -30,8 +30,8 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance, SearchSpace
-from formulation.outputs import output_directory, report_stream, write_json
-from formulation.schema import CliParser, run_cli
+from formulation.outputs import ResultsDirectory, output_directory, report_stream, write_json
+from formulation.schema import CliParser, InputError, run_cli
 from instances.generate import generate_instance
 from instances.sample import best_single_domain, chain_plans, feasible_sample
 
@@ -143,11 +143,20 @@ def admission(instance: Instance, seed: int) -> dict | None:
 
 
 def build_suite(name: str, out_dir: Path, report: TextIO | None = None) -> dict:
-    """Generate a suite's instances into ``out_dir/name`` (made if absent; ``out_dir``
-    must exist) and return its manifest; a line per instance to ``report`` (default:
-    standard output)."""
+    """Generate a suite's instances into ``out_dir/name`` (``out_dir`` must exist) and
+    return its manifest; a line per instance to ``report`` (default: standard output).
+    The suite's directory appears whole or not at all: it is written beside and swapped in
+    (:class:`~formulation.outputs.ResultsDirectory`), so an interrupted build leaves the
+    earlier suite as it was; an existing one is replaced only if it holds nothing but JSON
+    files (an earlier build's instances and manifest)."""
+    target = out_dir / name
+    earlier = {path.name for path in target.glob("*.json")} if target.is_dir() else set()
+    with ResultsDirectory(target, earlier) as staging:
+        return _build_suite(name, staging, report)
+
+
+def _build_suite(name: str, directory: Path, report: TextIO | None) -> dict:
     start = time.perf_counter()
-    (out_dir / name).mkdir(exist_ok=True)
     entries = []
     for entry in SUITES[name]:
         for seed in range(entry.base_seed, entry.base_seed + SEED_ATTEMPTS):
@@ -157,7 +166,7 @@ def build_suite(name: str, out_dir: Path, report: TextIO | None = None) -> dict:
                 break
         else:
             raise RuntimeError(f"no admissible seed for {entry} in {SEED_ATTEMPTS} attempts")
-        path = out_dir / name / f"{instance.name}.json"
+        path = directory / f"{instance.name}.json"
         instance.save(path)
         entries.append({"file": path.name, "seed": seed, **figures,
                         "generator": {**asdict(entry), "seed": seed}})
@@ -173,12 +182,7 @@ def build_suite(name: str, out_dir: Path, report: TextIO | None = None) -> dict:
         "wall_time_s": round(time.perf_counter() - start, 1),
         "instances": entries,
     }
-    write_json(out_dir / name / "manifest.json", manifest)
-    # Instances of an earlier build whose entry now admits another seed would linger otherwise.
-    kept = {entry["file"] for entry in entries} | {"manifest.json"}
-    for stale in (out_dir / name).glob("*.json"):
-        if stale.name not in kept:
-            stale.unlink()
+    write_json(directory / "manifest.json", manifest)
     return manifest
 
 
@@ -199,7 +203,7 @@ def reference_front_path(instance_path: Path) -> Path:
 def suite_preferences(directory: Path) -> list[tuple[float, float, float]]:
     """The preference vectors of a suite directory: its manifest's, else ``PREFERENCES``."""
     from formulation.reward import preference
-    from formulation.schema import InputError, check_number, read_json
+    from formulation.schema import check_number, read_json
 
     manifest = directory / "manifest.json"
     if not manifest.exists():
@@ -245,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def build() -> None:
         out = output_directory(args.out)
+        if not out.is_dir():  # the suites' directory is not created: a typo makes no tree
+            raise InputError(f"--out {str(args.out)!r}: directory does not exist")
         report = report_stream(None, args.quiet)
         for name in (list(SUITES) if args.suite == "all" else [args.suite]):
             print(f"suite {name}:", file=report)

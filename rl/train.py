@@ -132,7 +132,9 @@ class HiPPOConfig:
 
     @staticmethod
     def load(path: str | Path) -> HiPPOConfig:
-        document = read_yaml(path, "config") or {}
+        document = read_yaml(path, "config")
+        if document is None:  # an empty file is more likely a mistake than every default
+            raise InputError(f"config {str(path)!r} is empty (write {{}} for every default)")
         if not isinstance(document, dict):
             raise InputError(f"config {str(path)!r}: must be a mapping of fields")
         sections = {name: document.get(name) for name in ("tasks", "imitation")}

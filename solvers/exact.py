@@ -58,6 +58,7 @@ from formulation.schema import (
     MAX_WORKERS,
     CliParser,
     InputError,
+    Reader,
     integer_arg,
     number_arg,
     read_json,
@@ -265,13 +266,13 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
                     "engines": EngineStatistics()}
     else:
         check_resumable(resume, instance, settings)
-        try:  # the checksum held: a failure here is the writer's, not the file's
+        try:  # the checksum only shows the file unchanged since a writer signed it
             seeds = [Plan.from_dict(p, instance) for p in resume["seeds"]]
             states = [SweepState.from_dict(s, instance) for s in resume["states"]]
-            previous = {"wall_time_s": resume["wall_time_s"], "runs": resume["runs"],
-                        "stats": SweepStats(**resume["stats"]),
-                        "engines": _engine_stats(resume["engines"])}
-        except (KeyError, TypeError, ValueError) as err:
+            previous = _resumed_counters(resume)
+        except InputError as err:
+            raise InputError(f"--resume: the state cannot be read ({err})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(f"--resume: the state cannot be read ({type(err).__name__}: "
                              f"{err})") from None
     tasks = [{"instance": document, "settings": dataclasses.asdict(settings),
@@ -369,6 +370,32 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
 
 
 # -- resuming ---------------------------------------------------------------------------------
+def _resumed_counters(resume: dict) -> dict:
+    """The run counters of a state document, each field checked (a state's checksum holds
+    for any content its writer signed)."""
+    r = Reader(resume, "")
+    counts = {"low": 0, "high": 2 ** 62}
+
+    def tally(reader: Reader, key: str) -> dict[str, int]:
+        table = reader.child(key)
+        return {name: table.integer(name, **counts) for name in list(table.value)}
+
+    stats = r.child("stats")
+    sweep = SweepStats(**{name: stats.integer(name, **counts)
+                          for name in ("solves", "reused", "floored", "unproven")},
+                       solve_time_s=stats.number("solve_time_s", low=0),
+                       proofs=tally(stats, "proofs"))
+    stats.finish()
+    engines = r.child("engines")
+    engine = EngineStatistics(engines.integer("solves", **counts),
+                              engines.number("wall_time_s", low=0),
+                              Counter(tally(engines, "statuses")),
+                              engines.integer("handed_over", **counts))
+    engines.finish()
+    return {"wall_time_s": r.number("wall_time_s", low=0),
+            "runs": r.integer("runs", **counts), "stats": sweep, "engines": engine}
+
+
 def _engine_stats(document: dict) -> EngineStatistics:
     return EngineStatistics(document["solves"], document["wall_time_s"],
                             Counter(document["statuses"]), document["handed_over"])

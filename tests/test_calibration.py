@@ -76,6 +76,8 @@ def _with(column: str, value: str, **more: str) -> list[str]:
 
 @pytest.mark.parametrize(("header", "row", "message"), [
     (HEADER[1:], GOOD[1:], "has no column 'label'"),
+    (HEADER + ["foo"], GOOD + ["1"], "column 'foo' is not a known field"),
+    (HEADER, GOOD + ["1"], "row 1 has more cells than the header's"),
     (HEADER, _with("tp", "x"), "row 1: tp must be an integer, got 'x'"),
     (HEADER, _with("tp", "0"), "row 1: tp must be >= 1"),
     (HEADER, _with("gpus", "33", tp="2"), "row 1: gpus 33 is not a multiple of tp x pp = 2"),

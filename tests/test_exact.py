@@ -354,6 +354,27 @@ def test_resume_continues_a_run_that_hit_its_time_limit(tmp_path, scaleout):
     assert before  # the state of the first run was read, not rewritten in between
 
 
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("wall_time_s", "x", "wall_time_s must be a number"),
+    ("stats", {"proofs": [1]}, "stats.proofs must be an object"),
+    ("engines", {"statuses": [1]}, "engines.statuses must be an object"),
+    ("stats", {"zzz": 1}, "stats.zzz is not a known field"),
+])
+def test_a_resumed_state_with_a_malformed_field_is_one_line(scaleout, field, value, needle):
+    """A state's checksum shows it unchanged since it was signed, not well formed (anyone
+    can sign an edited one): each counter a resumed run carries on is checked."""
+    from solvers.exact import ExactSettings, _checksum
+
+    instance, _ = scaleout
+    settings = ExactSettings(time_limit=1e-3, units=2)  # stops short: a state to resume
+    state = exact_front(instance, settings=settings).provenance["state"]
+    state.pop("checksum")
+    state[field] = {**state[field], **value} if isinstance(value, dict) else value
+    state["checksum"] = _checksum(state)
+    with pytest.raises(InputError, match=f"--resume: the state cannot be read .*{needle}"):
+        exact_front(instance, settings=ExactSettings(units=2), resume=state)
+
+
 @pytest.mark.parametrize("args", [["--resume"], ["--seed-plans", "all"], ["--units", "0"],
                                   ["--scheduler", "tcp://127.0.0.1:9"],
                                   ["--time-limit", "-1"], ["--seed-front", "missing.json"],

@@ -357,12 +357,31 @@ def test_the_command_writes_every_table_and_plot(tmp_path: Path):
     (["--scenario", "absent.json"], "replays the events of one instance"),
     (["--match", "cn-hubs-k6", "--scenario", "absent.json"], "absent.json"),
     (["--headroom", "2"], "--headroom must be a finite number in [0, 0.95]"),
+    (["--match", "cn-hubs-k6", "--scenario", "absent.json", "--hours", "1"],
+     "--hours: a replayed --scenario runs for its own horizon_s"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], needle: str):
     done = run_module("evaluation.online", "--suite", "quick", "--out", tmp_path / "o",
                       "--quiet", *args)
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr, done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("horizon", "events", "needle"), [
+    (1e-9, [], "horizon_s 1e-09 needs 1 to 100,000 samples of 10 s"),
+    (600, [{"time_s": 1, "kind": "bandwidth", "domain": 0, "peer": 1, "value": 1e308}],
+     "events[0].value: 1e+308 x the link's"),
+])
+def test_a_bad_scenario_is_one_line_naming_the_file(tmp_path: Path, horizon, events, needle):
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps({"schema": "xdsched.scenario/1", "horizon_s": horizon,
+                                    "events": events}))
+    done = run_module("evaluation.online", "--suite", "quick", "--match", "cn-hubs-k6",
+                      "--scenario", scenario, "--out", tmp_path / "o", "--quiet")
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and str(scenario) in line and needle in line, line
     assert not (tmp_path / "o").exists()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,26 @@ def test_a_missing_directory_is_not_created(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         output_path("/no-such-directory-xdsched/out.json")
     assert not (tmp_path / "no").exists()
+
+
+def test_a_directory_that_takes_no_new_file_is_refused_before_the_run(tmp_path):
+    """Checked by making (and removing) a file there, as the atomic write will: /proc
+    refuses one even to root, a read-only directory to anyone else."""
+    places = [Path("/proc")] if Path("/proc/self").is_dir() else []
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        places.append(locked)
+    if not places:
+        pytest.skip("no directory here refuses a new file")
+    for place in places:
+        for check in (output_path, output_directory):
+            with pytest.raises(InputError, match=f"--out .*cannot write in directory "
+                                                 f"'{place}'"):
+                check(place / "out.json")
+    assert not list(tmp_path.glob("**/.probe.*"))
+    assert output_path(tmp_path / "out.json") == tmp_path / "out.json"
+    assert not list(tmp_path.glob(".probe.*"))  # the probe is removed
 
 
 def test_dash_is_standard_output(tmp_path, capsys):

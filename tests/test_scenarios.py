@@ -147,6 +147,16 @@ def test_a_domain_with_no_free_gpu_reads_back(generated: Instance, tmp_path: Pat
     ({"schema": "xdsched.scenario/1", "horizon_s": 10,
       "events": [{"time_s": 1, "kind": "load", "domain": 10 ** 400, "value": 1}]}, "domain"),
     ([], "must be an object"),
+    # link factors that take a link past what an instance may state (1e308: inf Gbit/s)
+    ({"schema": "xdsched.scenario/1", "horizon_s": 10, "events": [
+        {"time_s": 1, "kind": "bandwidth", "domain": 0, "peer": 1, "value": 1e308}]},
+     "events[0].value: 1e+308 x the link's"),
+    ({"schema": "xdsched.scenario/1", "horizon_s": 10, "events": [
+        {"time_s": 1, "kind": "bandwidth", "domain": 0, "peer": 1, "value": 1e-300}]},
+     "outside [0.001, 1e+06]"),
+    ({"schema": "xdsched.scenario/1", "horizon_s": 10, "events": [
+        {"time_s": 1, "kind": "latency", "domain": 0, "peer": 1, "value": 1e12,
+         "duration_s": 5}]}, "events[0].value: 1e+12 x the link's"),
 ])
 def test_bad_json_names_the_file_in_one_line(hand_instance: Instance, document, needle: str):
     with pytest.raises(InputError) as caught:

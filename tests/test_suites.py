@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from formulation.instance import Instance, SearchSpace
-from formulation.schema import read_json
+from formulation.schema import InputError, read_json
 from instances.suites import (
     MAX_DOMAIN_SHARE,
     MIN_SINGLE_DOMAIN_SLOWDOWN,
@@ -78,3 +78,43 @@ def test_quick_instances_need_cross_domain_plans(entry):
     single = figures["best_single_domain_step_s"]
     assert single is None or single >= MIN_SINGLE_DOMAIN_SLOWDOWN * figures[
         "best_sampled_cross_domain_step_s"] * (1 - 1e-4)  # the figures are rounded
+
+
+def test_a_rebuilt_suite_appears_whole_and_an_interrupted_one_leaves_the_last(tmp_path,
+                                                                            monkeypatch):
+    """A build writes beside the suite and swaps it in: interrupted, it leaves the earlier
+    suite byte for byte and nothing else; a suite directory holding other files is never
+    replaced; a missing --out is one line, exit status 2."""
+    import io
+
+    import instances.suites as suites
+
+    suites.build_suite("quick", tmp_path, io.StringIO())
+    target = tmp_path / "quick"
+    def files():  # each file's bytes and inode: a file rewritten with the same bytes shows
+        return {p.name: (p.read_bytes(), p.stat().st_ino) for p in target.iterdir()}
+
+    before = files()
+    assert before.keys() == {p.name for p in QUICK} | {"manifest.json"}
+    made = []
+    real = suites.admission
+
+    def interrupted(instance, seed):
+        if len(made) == 2:
+            raise KeyboardInterrupt
+        made.append(instance.name)
+        return real(instance, seed)
+
+    monkeypatch.setattr(suites, "admission", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        suites.build_suite("quick", tmp_path, io.StringIO())
+    assert files() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["quick"]  # no staging left
+    monkeypatch.setattr(suites, "admission", real)
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="holds 'notes.txt'"):
+        suites.build_suite("quick", tmp_path, io.StringIO())
+    assert (target / "notes.txt").read_text() == "mine"
+    assert suites.main(["--suite", "quick", "--out", str(tmp_path / "absent"),
+                        "--quiet"]) == 2
+    assert not (tmp_path / "absent").exists()

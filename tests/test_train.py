@@ -48,6 +48,8 @@ def test_committed_config_holds_the_seeds_values():
     ("learning_rat: 0.1\n", "unknown field 'learning_rat'"),
     ("tasks: {pools: 3}\n", "unknown field tasks.pools"),
     ("- 1\n- 2\n", "must be a mapping"),
+    ("", "is empty \\(write {} for every default\\)"),
+    ("# only a comment\n", "is empty"),
     ("imitation: {epoch: 3}\n", "unknown field imitation.epoch"),
     ("imitation: {experts: [sailor, oracle]}\n", "unknown planner 'oracle'"),
 ])
