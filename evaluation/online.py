@@ -1,7 +1,7 @@
 """Re-planning policies through dynamic scenarios: the online evaluation (issue 17).
 
-    python -m evaluation.online [--suite quick|bench|full|DIR] [--hours H]
-        [--policies KIND[:PLANNER] ...] [--planners NAME ...] [--scenario FILE] [--seed S]
+    python -m evaluation.online [--suite quick|bench|full|DIR] [--hours H | --scenario FILE]
+        [--policies KIND[:PLANNER] ...] [--planners NAME ...] [--seed S]
         [--out DIR] [--workers N] [--scheduler ADDRESS] [--match TEXT] [--quiet]
         [method flags: --checkpoint, --generations, ...]
 

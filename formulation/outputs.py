@@ -72,20 +72,26 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _in_a_directory(value: str | Path, flag: str) -> Path:
-    """``value`` with links resolved, whose directory exists and takes a new file (one is
-    made and removed, as the atomic write will; nothing else is created)."""
+    """``value`` with links resolved, whose directory exists (nothing is created)."""
     target = Path(value).resolve()
     if not target.parent.is_dir():
         raise InputError(f"{flag} {str(value)!r}: directory {str(target.parent)!r} "
                          "does not exist")
+    return target
+
+
+def _takes_files(directory: Path, value: str | Path, flag: str) -> None:
+    """Whether a new file can be made in ``directory``: one is made and removed, as the
+    atomic write and the results directory's staging will."""
     try:
-        handle, probe = tempfile.mkstemp(prefix=".probe.", dir=target.parent)
+        handle, probe = tempfile.mkstemp(prefix=".probe.", dir=directory)
     except OSError as err:
         raise InputError(f"{flag} {str(value)!r}: cannot write in directory "
-                         f"{str(target.parent)!r} ({err.strerror or err})") from None
-    os.close(handle)
-    os.unlink(probe)
-    return target
+                         f"{str(directory)!r} ({err.strerror or err})") from None
+    try:
+        os.close(handle)
+    finally:
+        os.unlink(probe)
 
 
 def output_path(value: str | Path | None, inputs: Iterable[str | Path | None] = (),
@@ -112,12 +118,15 @@ def output_path(value: str | Path | None, inputs: Iterable[str | Path | None] = 
         if source is not None and Path(source).exists() and _same(Path(source), target):
             raise InputError(f"{flag} {str(value)!r} is an input of this run: refusing to "
                              "overwrite it")
+    _takes_files(target.parent, value, flag)
     return target
 
 
 def output_directory(value: str | Path, inputs: Iterable[str | Path | None] = (),
-                     flag: str = "--out") -> Path:
-    """The checked destination of a results directory (module doc)."""
+                     flag: str = "--out", into: bool = False) -> Path:
+    """The checked destination of a results directory (module doc), swapped in whole
+    beside it; with ``into``, a directory the command writes its files into (made where
+    absent), which then must take new files itself where it exists."""
     path = Path(value)
     if path.is_symlink() and not path.exists() or path.exists() and not path.is_dir():
         raise InputError(f"{flag} {str(value)!r} is {_describe(path) or 'a file'}, "
@@ -131,6 +140,7 @@ def output_directory(value: str | Path, inputs: Iterable[str | Path | None] = ()
                 and source.is_dir():
             raise InputError(f"{flag} {str(value)!r} holds or is held by an input of this "
                              f"run ({str(source)!r}): refusing to replace it")
+    _takes_files(target if into and target.is_dir() else target.parent, value, flag)
     return target
 
 

@@ -100,7 +100,8 @@ def _check_link(r: Reader, factor: float, nominal: float, key: str, unit: str) -
     (:data:`~formulation.instance.LINK_LIMITS`; a bandwidth of at least ``PHYSICAL_LEAST``)."""
     scaled = factor * nominal
     least = PHYSICAL_LEAST if key == "bandwidth_gbps" else 0.0
-    if not least <= scaled <= LINK_LIMITS[key]:
+    slack = 1 + 1e-12  # the product's rounding: a factor at a limit's quotient is in
+    if not least / slack <= scaled <= LINK_LIMITS[key] * slack:
         raise InputError(f"{r.path_of('value')}: {factor:g} x the link's {nominal:g} {unit} "
                          f"is {scaled:g} {unit}, outside [{least:g}, {LINK_LIMITS[key]:g}]")
 

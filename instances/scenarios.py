@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from formulation.instance import Instance
+from formulation.instance import LINK_LIMITS, PHYSICAL_LEAST, Instance
 from formulation.outputs import (
     command_line,
     output_path,
@@ -90,13 +90,16 @@ def _arrivals(rng: np.random.Generator, rate_per_hour: float, horizon_s: float) 
 
 def _walk_events(rng: np.random.Generator, ticks: int, tick_s: float, swing: float,
                  targets: list[tuple[int, int | None]], kind: EventKind,
-                 high: np.ndarray | None = None) -> list[Event]:
+                 high: np.ndarray | None = None, low: np.ndarray | None = None
+                 ) -> list[Event]:
     """A reflected walk of a factor per target from 1 (tick 0 is nominal), one event per
-    later tick and target, capped at ``high`` per target; a link target (i, j) gives its
-    walk to both directions."""
+    later tick and target, within [``low``, ``high``] per target; a link target (i, j)
+    gives its walk to both directions."""
     walk = factor_walk(rng, ticks, (len(targets),), swing)
     if high is not None:
         walk = np.minimum(walk, high[None, :])
+    if low is not None:
+        walk = np.maximum(walk, low[None, :])
     events = []
     for tick in range(1, ticks):
         for index, (domain, peer) in enumerate(targets):
@@ -121,16 +124,29 @@ def generate_scenario(instance: Instance, seed: int,
     bandwidth_rng, latency_rng, load_rng, node_rng, domain_rng, join_rng = \
         np.random.default_rng(seed).spawn(6)
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]  # every pair has a link
+    # link factors keep both directions within what an instance may state (a scenario
+    # reads back only so): no bound but on an instance at those limits
+    bandwidth = instance.links.bandwidth_gbps
+    both = np.array([[bandwidth[i, j], bandwidth[j, i]] for i, j in pairs]).reshape(-1, 2)
+    scale = 10 ** DECIMALS
     events = _walk_events(bandwidth_rng, ticks, settings.tick_s, settings.bandwidth_swing,
-                          pairs, EventKind.BANDWIDTH)
+                          pairs, EventKind.BANDWIDTH,
+                          high=np.floor(LINK_LIMITS["bandwidth_gbps"] / both.max(axis=1)
+                                        * scale) / scale,
+                          low=np.ceil(PHYSICAL_LEAST / both.min(axis=1) * scale) / scale)
     events += _walk_events(load_rng, ticks, settings.tick_s, settings.load_swing,
                            [(d, None) for d in range(k)], EventKind.LOAD,
                            high=np.floor(load_ceiling(instance) * 10**DECIMALS) / 10**DECIMALS)
 
     low_s, high_s = settings.spike_seconds
+    latency = instance.links.latency_ms
     for i, j in pairs:
+        nominal = max(latency[i, j], latency[j, i])
+        most = math.inf if nominal <= 0 else \
+            math.floor(LINK_LIMITS["latency_ms"] / nominal * scale) / scale
         for t in _arrivals(latency_rng, settings.spikes_per_link_hour, horizon):
-            factor = round(float(latency_rng.uniform(*settings.spike_factor)), DECIMALS)
+            factor = min(round(float(latency_rng.uniform(*settings.spike_factor)), DECIMALS),
+                         most)
             seconds = round(float(np.exp(latency_rng.uniform(np.log(low_s), np.log(high_s)))),
                             3)
             events += [Event(t, EventKind.LATENCY, i, j, factor, seconds),

@@ -587,7 +587,7 @@ def _run(args: argparse.Namespace) -> None:
     if args.suite not in SUITES:
         raise InputError(f"--suite must be one of {list(SUITES)}, got {args.suite!r}")
     # the directory of the fronts, never the suite's own (or one holding it)
-    args.out = output_directory(args.out, inputs=[SUITES_DIR / args.suite])
+    args.out = output_directory(args.out, inputs=[SUITES_DIR / args.suite], into=True)
     todo = []
     matched = False
     for path in suite_paths(args.suite):

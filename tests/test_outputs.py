@@ -78,6 +78,29 @@ def test_a_directory_that_takes_no_new_file_is_refused_before_the_run(tmp_path):
     assert not list(tmp_path.glob(".probe.*"))  # the probe is removed
 
 
+def test_a_directory_written_into_must_take_files_itself(tmp_path, monkeypatch):
+    """A results directory is staged beside ``--out`` (its parent must take files); a
+    directory a command writes into (``into``) must take them itself where it exists."""
+    import tempfile
+
+    real = tempfile.mkstemp
+    refused = tmp_path / "locked"
+    refused.mkdir()
+
+    def mkstemp(*args, dir=None, **kwargs):  # root ignores modes: refuse by name instead
+        if dir is not None and Path(dir) == refused:
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    assert output_directory(refused) == refused  # swapped in from its parent
+    with pytest.raises(InputError, match="cannot write in directory .*locked"):
+        output_directory(refused, into=True)
+    assert output_directory(tmp_path / "new", into=True) == tmp_path / "new"
+    with pytest.raises(InputError, match="cannot write in directory .*locked"):
+        output_directory(refused / "inner")
+
+
 def test_dash_is_standard_output(tmp_path, capsys):
     assert output_path("-") == STDOUT
     write_json(STDOUT, {"x": [1, 2]})

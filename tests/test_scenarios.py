@@ -172,3 +172,20 @@ def test_csv_line_numbers_count_blank_lines_and_a_horizon_is_required(hand_insta
         Scenario.from_csv(text, hand_instance, "s.csv")
     with pytest.raises(InputError, match="line 1: expected '# horizon_s"):
         Scenario.from_csv("time_s,kind,domain,peer,value,duration_s\n", hand_instance, "s.csv")
+
+
+def test_a_scenario_drawn_on_an_instance_at_the_link_limits_reads_back(
+        hand_instance: Instance, tmp_path: Path):
+    """The generator keeps its link factors within what the reader accepts (an instance's
+    link limits), so that its scenarios replay on any valid instance."""
+    bandwidth = np.full((3, 3), 0.001)
+    bandwidth[0, 1] = 1e6
+    latency = np.full((3, 3), 5e5)
+    edge = hand_instance.with_link_state(bandwidth_gbps=bandwidth, latency_ms=latency)
+    scenario = generate_scenario(edge, 1, ScenarioSettings(hours=24))
+    kinds = {e.kind for e in scenario.events}
+    assert {EventKind.BANDWIDTH, EventKind.LATENCY} <= kinds
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(scenario.to_dict()))
+    assert Scenario.load(path, edge) == scenario
+    assert all(e.value <= 2.0 for e in scenario.events if e.kind is EventKind.LATENCY)

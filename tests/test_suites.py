@@ -118,3 +118,18 @@ def test_a_rebuilt_suite_appears_whole_and_an_interrupted_one_leaves_the_last(tm
     assert suites.main(["--suite", "quick", "--out", str(tmp_path / "absent"),
                         "--quiet"]) == 2
     assert not (tmp_path / "absent").exists()
+
+
+def test_every_suite_directory_is_checked_before_any_is_built(tmp_path):
+    """A file where a suite's directory goes is never replaced, and with --suite all a
+    suite directory that may not be replaced stops the run before the first build."""
+    import instances.suites as suites
+
+    (tmp_path / "quick").write_text("notes")
+    assert suites.main(["--suite", "quick", "--out", str(tmp_path), "--quiet"]) == 2
+    assert (tmp_path / "quick").read_text() == "notes"
+    (tmp_path / "quick").unlink()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    assert suites.main(["--suite", "all", "--out", str(tmp_path), "--quiet"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
