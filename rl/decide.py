@@ -62,6 +62,7 @@ from formulation.schema import (
     number_arg,
     run_cli,
 )
+from instances.generate import generate_instance
 from rl.env import (
     PAIR,
     InstanceCache,
@@ -91,6 +92,10 @@ MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time 
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
+# the instance of a scheduler's warm-up decision (Scheduler._warm_up): generate_instance's
+# (domains, model, seed, topology), small enough to take a few tens of milliseconds
+WARM_UP_INSTANCE = (5, "7b", 0, "random")
+_WARMED_UP: list[bool] = []  # whether this process made its warm-up decision
 
 
 class NoPlanInTime(NoPlanWithinBudget):
@@ -206,6 +211,21 @@ class Scheduler:
         # request is answered the same, also where the lower level ran out of time
         self.answers: dict[tuple, list[tuple[Plan, float]]] = {}
         torch.set_num_threads(1)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One decision, without a time limit, on a small generated instance, then forgotten:
+        the first decision otherwise pays within its deadline for what a process does once
+        (numba compiling or loading the lower level's kernels: seconds on a fresh install,
+        where the first decision's plan was twice as slow as later ones', a fifth of a
+        second from numba's cache; the policy's first forward pass)."""
+        if _WARMED_UP:  # once per process: what it loads is the process's
+            return
+        self.plans(generate_instance(*WARM_UP_INSTANCE), (1.0, 0.0, 0.0), NO_BUDGETS,
+                   DecisionSettings(lower_time=None))
+        self.answers.clear()
+        self.env.caches.clear()
+        _WARMED_UP.append(True)
 
     def forget(self) -> None:
         """Drop what earlier decisions found (the answers and the lower level's memory):

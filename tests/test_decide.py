@@ -413,3 +413,25 @@ def test_a_lower_level_out_of_time_proves_nothing_and_is_not_kept(checkpoint: Pa
                            settings=dataclasses.replace(hurried, lower_time=None))
     empty = instance.with_link_state(free_gpus=np.zeros(5, dtype=np.int64))
     assert Scheduler(checkpoint).plans(empty, (1, 0, 0)) == []
+
+
+def test_a_scheduler_warms_up_before_its_first_decision():
+    """A new process's first decision would pay, within its deadline, for compiling or
+    loading the lower level's kernels (seconds on a fresh install, where its plan was
+    twice as slow as later ones'): the scheduler decides once, untimed, when it is made,
+    and forgets that decision."""
+    import subprocess
+    import sys
+
+    code = ("import solvers.label_kernels as k\n"
+            "kernels = (k.label_dp, k.probe, k.completion, k.least_gpus)\n"
+            "before = [bool(f.signatures) for f in kernels]\n"
+            "from rl.decide import Scheduler\n"
+            "s = Scheduler()\n"
+            "print(before, [bool(f.signatures) for f in kernels], len(s.answers),"
+            " len(s.env.caches))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False,", "False,", "False,", "False]", "[True,", "True,",
+                                   "True,", "True]", "0", "0"]
