@@ -26,7 +26,7 @@ from formulation.diloco import DilocoPlan
 from formulation.families import AnyPlan, score
 from formulation.instance import Instance
 from formulation.reference import simulated_step_time
-from formulation.trace import Trace
+from formulation.trace import MAX_INTERVALS, Trace
 from instances.traces import generate_trace
 
 
@@ -45,6 +45,17 @@ class RobustnessSettings:
     the bandwidth changes many times inside one step)."""
     load_intervals: int = 500
     """Intervals of the load walk per trace for the stability KPI."""
+
+
+def _sampled(seconds: float, extra: int, settings: RobustnessSettings
+             ) -> tuple[int, RobustnessSettings]:
+    """The samples of a trace covering ``seconds`` (and ``extra`` more), every
+    ``settings.interval_s``, or every longer interval where that would pass a trace's
+    :data:`~formulation.trace.MAX_INTERVALS` (a plan whose steps take days), with the
+    settings of that interval."""
+    interval = max(settings.interval_s, seconds / (MAX_INTERVALS - extra - 1))
+    return (math.ceil(seconds / interval) + extra,
+            dataclasses.replace(settings, interval_s=interval))
 
 
 def _trace(instance: Instance, seed: int, length: int, settings: RobustnessSettings,
@@ -68,7 +79,7 @@ def bandwidth_loss(instance: Instance, plan: AnyPlan, seed: int,
     if isinstance(plan, DilocoPlan):
         return _quasi_static_loss(instance, plan, seed, settings)
     nominal = simulated_step_time(instance, plan)
-    length = math.ceil(2 * settings.steps * nominal / settings.interval_s) + 2
+    length, settings = _sampled(2 * settings.steps * nominal, 2, settings)
     losses = []
     for index in range(settings.traces):
         traced = instance.replace(trace=bandwidth_trace(instance, seed + index, length,
@@ -83,7 +94,7 @@ def bandwidth_loss(instance: Instance, plan: AnyPlan, seed: int,
 def _quasi_static_loss(instance: Instance, plan: DilocoPlan, seed: int,
                        settings: RobustnessSettings) -> float:
     nominal = float(score(instance, [plan])[0][0, 0])
-    length = math.ceil(settings.steps * nominal / settings.interval_s) + 1
+    length, settings = _sampled(settings.steps * nominal, 1, settings)
     losses = []
     for index in range(settings.traces):
         factors = bandwidth_trace(instance, seed + index, length, settings).bandwidth_factor

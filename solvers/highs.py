@@ -28,7 +28,7 @@ from pyomo.contrib.solver.solvers.highs import Highs
 
 from formulation.plan import Plan
 from solvers.engine import NO_CAP, EngineStatistics, Solve, SolveRequest, SolveStatus, timed
-from solvers.milp import build_model, choices, model_values
+from solvers.milp import build_model, choices, model_values, stage_cells
 from solvers.tables import PairTables, choices_plan, plan_choices
 
 _THREADS: int | None = None
@@ -74,7 +74,9 @@ class HighsEngine:
     def __init__(self, tables: PairTables, threads: int = 1, rel_gap: float = 1e-9):
         self.tables = tables
         start = time.perf_counter()
-        self.model = build_model(tables)
+        # a pair no stage fits (no option has its GPUs and room for a layer anywhere) has
+        # no plan: every solve is infeasible, proven without a model
+        self.model = build_model(tables) if stage_cells(tables) else None
         self.build_time_s = time.perf_counter() - start
         self.rel_gap = rel_gap
         self.threads = set_threads(threads)
@@ -83,6 +85,9 @@ class HighsEngine:
 
     def solve(self, request: SolveRequest) -> Solve:
         model, tables = self.model, self.tables
+        if model is None:
+            return self.statistics.record(timed(self.name, time.perf_counter(),
+                                                SolveStatus.INFEASIBLE))
         for i, w in enumerate(request.weights):
             model.weights[i] = float(w)
         set_cap(model.gpu_cap, model.gpu_cap_con, request.gpu_cap)

@@ -45,13 +45,24 @@ from solvers.engine import NO_CAP, ModelValues
 from solvers.tables import PairTables, StageChoice, choice_values
 
 
+def stage_cells(tables: PairTables) -> list[tuple[int, int, int]]:
+    """The (position, domain, option) a stage may take: the option's GPUs free in the
+    domain, and room for a layer there (none: the pair has no plan)."""
+    t = tables
+    return [(p, k, o) for p in range(t.positions) for k in range(t.num_domains)
+            for o in range(t.num_options)
+            if t.usable(k, o) and max(t.layer_cap[p, o], t.layer_cap_first[p, o]) >= 1]
+
+
 def build_model(tables: PairTables) -> pyo.ConcreteModel:
+    """The pair's MILP (module doc); the pair must have stage cells (:func:`stage_cells`)."""
     t = tables
     model = pyo.ConcreteModel(name=f"xdsched-dp{t.dp}-b{t.micro_batch}")
     positions = range(t.positions)
     domains = range(t.num_domains)
-    cells = [(p, k, o) for p in positions for k in domains for o in range(t.num_options)
-             if t.usable(k, o) and max(t.layer_cap[p, o], t.layer_cap_first[p, o]) >= 1]
+    cells = stage_cells(t)
+    if not cells:
+        raise ValueError(f"pair dp {t.dp}, micro-batch {t.micro_batch}: no stage cell")
     model.cells = pyo.Set(initialize=cells, dimen=3)
     links = [(p, k, q) for p in range(t.positions - 1) for k in domains for q in domains]
     model.links = pyo.Set(initialize=links, dimen=3)

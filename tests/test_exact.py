@@ -453,3 +453,33 @@ def test_cli_bad_gap_is_one_line_and_exit_2(tmp_path, value):
     assert done.returncode == 2, done.stderr
     assert "--gap" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_pair_no_stage_fits_is_infeasible_without_a_model():
+    """An interleaved cell can have no stage room for a layer anywhere (too many
+    micro-batches in flight): HiGHS's engine answers infeasible, where building the MILP
+    stated a trivially false constraint (a Pyomo error, a traceback)."""
+    import dataclasses
+
+    from solvers.engine import SolveRequest, SolveStatus
+    from solvers.highs import HighsEngine
+    from solvers.milp import stage_cells
+    from solvers.tables import all_pair_tables
+
+    tables = all_pair_tables(Instance.load(suite_paths("quick")[0]))[0]
+    empty = dataclasses.replace(tables, layer_cap=np.zeros_like(tables.layer_cap),
+                                layer_cap_first=np.zeros_like(tables.layer_cap_first))
+    assert stage_cells(tables) and not stage_cells(empty)
+    assert HighsEngine(empty).solve(SolveRequest()).status is SolveStatus.INFEASIBLE
+
+
+def test_points_closer_than_the_tolerance_are_not_a_seed_beating_the_front():
+    """A GPU of 0.001 TFLOP/s makes plans whose step times differ by 5e-9 relative: the
+    front keeps both (it compares at 1e-9), and a seed equal to one of them, which beats
+    the other at the certification tolerance (1e-6), is no sign of a wrong optimum."""
+    base = Instance.load(next(p for p in suite_paths("quick")
+                              if p.stem == "cn-hubs-k5-llama2-13b-s100"))
+    slow = dataclasses.replace(base.gpu, peak_tflops=0.001, hbm_gb=1e5, hbm_gbps=0.001,
+                               nvlink_gbps=0.001, nic_gbps=0.001)
+    front = exact_front(base.replace(gpu=slow, name="gpu-min"))
+    assert front.status == "exact" and len(front.points) > 1

@@ -101,3 +101,15 @@ def test_load_stability_counts_intervals_with_room(instance: Instance):
     assert load_stability(instance, roomy, 0, FAST) == 1.0
     taking_all = load_stability(instance, whole, 0, FAST)
     assert 0.0 < taking_all < 1.0  # interrupted whenever the load rises
+
+
+def test_a_trace_of_days_long_steps_stays_within_a_traces_length():
+    """The bandwidth trace covers the simulated steps every 10 s, or every longer interval
+    where that would pass a trace's most samples (a plan of 1e11 s steps asked for 40 TiB)."""
+    from evaluation.robustness import RobustnessSettings, _sampled
+    from formulation.trace import MAX_INTERVALS
+
+    settings = RobustnessSettings()
+    assert _sampled(3200.0, 2, settings) == (322, settings)  # the usual: unchanged
+    length, stretched = _sampled(8 * 1e11, 2, settings)
+    assert length <= MAX_INTERVALS and stretched.interval_s * (length - 2) >= 8 * 1e11
