@@ -63,7 +63,6 @@ from formulation.schema import (
     read_json,
     run_cli,
 )
-from formulation.trace import MAX_INTERVALS
 from formulation.training_run import RunCosts, simulate_run
 from instances.scenarios import MAX_HOURS, ScenarioSettings, generate_scenario
 from instances.suites import SUITES, SUITES_DIR, suite_paths
@@ -256,12 +255,10 @@ def evaluate_online(args: argparse.Namespace) -> int:
         scenario = Scenario.load(args.scenario, instance) if args.scenario is not None \
             else generate_scenario(instance, args.seed, ScenarioSettings(hours=args.hours))
         costs = RunCosts()
-        samples = math.ceil(scenario.horizon_s / costs.trace_interval_s - 1e-9)
-        if not 1 <= samples <= MAX_INTERVALS:  # as Scenario.to_trace samples it
-            raise InputError(f"{args.scenario or instance.name}: horizon_s "
-                             f"{scenario.horizon_s:g} needs 1 to {MAX_INTERVALS:,} samples of "
-                             f"{costs.trace_interval_s:g} s, the run's simulation step; got "
-                             f"{samples}")
+        try:  # the run samples the scenario every trace_interval_s
+            scenario.samples(costs.trace_interval_s)
+        except InputError as err:
+            raise InputError(f"{args.scenario or instance.name}: {err}") from None
         if args.scenario is not None:
             args.hours = scenario.horizon_s / 3600.0  # what the report says was run
         units.append(OnlineUnit(read_json(path, "instance"), scenario.to_dict(),

@@ -251,7 +251,9 @@ class ResultsDirectory:
         self.lock = self.path.parent / f".{self.path.name}.lock"
         self.staging: Path | None = None
 
-    def _check_replaceable(self) -> None:
+    def check_replaceable(self) -> None:
+        """Refuse an existing directory that is the working one or holds other files than
+        ``names`` (done on entering; callable before a run's work too)."""
         if not self.path.is_dir():
             return
         if _same(self.path, Path.cwd()):
@@ -286,7 +288,7 @@ class ResultsDirectory:
             return None
 
     def __enter__(self) -> Path:
-        self._check_replaceable()
+        self.check_replaceable()
         self._acquire()
         try:
             self.staging = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.",

@@ -234,13 +234,20 @@ class Scenario:
 
     # ---- the state over time --------------------------------------------------------------
 
-    def to_trace(self, instance: Instance, interval_s: float) -> Trace:
-        """The scenario sampled every ``interval_s`` seconds up to its horizon (module doc)."""
+    def samples(self, interval_s: float) -> int:
+        """The samples of :meth:`to_trace` every ``interval_s`` seconds up to the horizon;
+        raises :class:`InputError` where they are not 1 to ``MAX_INTERVALS``."""
         dt = check_number(interval_s, "interval_s", low=0, low_open=True)
         length = math.ceil(self.horizon_s / dt - 1e-9)  # 4.2 / 0.7 is 6.000000000000001
         if not 1 <= length <= MAX_INTERVALS:
-            raise InputError(f"interval_s={dt:g}: the horizon {self.horizon_s:g} s needs "
-                             f"1 to {MAX_INTERVALS:,} intervals, got {length}")
+            raise InputError(f"interval_s={dt:g}: horizon_s {self.horizon_s:g} needs 1 to "
+                             f"{MAX_INTERVALS:,} samples of {dt:g} s, got {length}")
+        return length
+
+    def to_trace(self, instance: Instance, interval_s: float) -> Trace:
+        """The scenario sampled every ``interval_s`` seconds up to its horizon (module doc)."""
+        length = self.samples(interval_s)
+        dt = float(interval_s)
         k = instance.num_domains
 
         def first_at_or_after(t: float) -> int:  # a tolerance: 2.1 / 0.7 is 3.0000000000000004

@@ -142,15 +142,14 @@ def admission(instance: Instance, seed: int) -> dict | None:
             "best_sampled_cross_domain_step_s": round(cross, 4)}
 
 
-def _check_suite_directory(target: Path) -> None:
-    """A suite's directory may be replaced: absent, or a directory of an earlier build's
-    JSON files (:func:`build_suite`), in a directory that takes new files."""
+def _suite_directory(target: Path) -> ResultsDirectory:
+    """A suite's directory, checked: absent, or one of an earlier build's JSON files
+    (:func:`build_suite`), in a directory that takes new files."""
     output_directory(target, flag="suite directory")
-    if target.is_dir():
-        foreign = sorted(p.name for p in target.iterdir() if p.suffix != ".json")
-        if foreign:
-            raise InputError(f"suite directory {str(target)!r} holds {foreign[0]!r}, which "
-                             "a build does not write: refusing to replace it")
+    earlier = {path.name for path in target.glob("*.json")} if target.is_dir() else set()
+    directory = ResultsDirectory(target, earlier)
+    directory.check_replaceable()
+    return directory
 
 
 def build_suite(name: str, out_dir: Path, report: TextIO | None = None) -> dict:
@@ -160,10 +159,7 @@ def build_suite(name: str, out_dir: Path, report: TextIO | None = None) -> dict:
     (:class:`~formulation.outputs.ResultsDirectory`), so an interrupted build leaves the
     earlier suite as it was; an existing one is replaced only if it holds nothing but JSON
     files (an earlier build's instances and manifest)."""
-    target = out_dir / name
-    _check_suite_directory(target)
-    earlier = {path.name for path in target.glob("*.json")} if target.is_dir() else set()
-    with ResultsDirectory(target, earlier) as staging:
+    with _suite_directory(out_dir / name) as staging:
         return _build_suite(name, staging, report)
 
 
@@ -265,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--out {str(args.out)!r}: directory does not exist")
         names = list(SUITES) if args.suite == "all" else [args.suite]
         for name in names:  # every suite's directory checked before any is built
-            _check_suite_directory(out / name)
+            _suite_directory(out / name)
         report = report_stream(None, args.quiet)
         for name in names:
             print(f"suite {name}:", file=report)
