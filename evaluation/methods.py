@@ -458,6 +458,22 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
         options_type.add_arguments(parser)
 
 
+def check_method_flags(args: argparse.Namespace, used: list[str]) -> None:
+    """Refuses a method flag set (to other than its default) where no method in ``used``
+    reads it: ``--checkpoint`` without Hi-PPO would otherwise be ignored in silence."""
+    read = {METHODS[name].options_type for name in used}
+    for options_type in dict.fromkeys(method.options_type for method in METHODS.values()):
+        if options_type in read:
+            continue
+        flags = argparse.ArgumentParser(add_help=False)
+        options_type.add_arguments(flags)
+        for action in flags._actions:
+            if getattr(args, action.dest, action.default) != action.default:
+                owners = [n for n, m in METHODS.items() if m.options_type is options_type]
+                raise InputError(f"{action.option_strings[0]}: an option of "
+                                 f"{' and '.join(owners)}, which this run does not use")
+
+
 def unavailable_methods(options: dict[str, MethodOptions]) -> dict[str, str]:
     """The methods that cannot run with ``options``, and why."""
     return {name: why for name, method in METHODS.items()

@@ -35,9 +35,11 @@ import pandas as pd
 from evaluation import plots
 from evaluation.methods import (
     METHODS,
+    REFERENCE,
     MethodOptions,
     Nsga2Options,
     add_method_arguments,
+    check_method_flags,
     options_from_args,
     unavailable_methods,
 )
@@ -234,6 +236,7 @@ def evaluate_online(args: argparse.Namespace) -> int:
     if all(getattr(args, f) is None for f in ("generations", "population", "descent")):
         options["nsga2"] = ONLINE_NSGA2
     policies = _policies(args, unavailable_methods(options))
+    check_method_flags(args, [REFERENCE, *(planner for _, planner in policies)])
     option_inputs = [path for o in options.values() for path in o.inputs()]
     asked = Path(args.suite)
     inputs = [asked if asked.is_dir() else SUITES_DIR / args.suite, args.scenario,

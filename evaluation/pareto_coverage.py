@@ -33,6 +33,7 @@ from evaluation.methods import (
     METHODS,
     REFERENCE,
     add_method_arguments,
+    check_method_flags,
     check_methods,
     options_from_args,
     unavailable_methods,
@@ -147,6 +148,7 @@ def _check(args: argparse.Namespace, not_available: dict[str, str]) -> list[str]
         if asked_missing:
             name = asked_missing[0]
             raise InputError(f"--methods: {name} is not available: {not_available[name]}")
+    check_method_flags(args, names)
     return names
 
 

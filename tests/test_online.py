@@ -357,6 +357,10 @@ def test_the_command_writes_every_table_and_plot(tmp_path: Path):
     (["--scenario", "absent.json"], "replays the events of one instance"),
     (["--match", "cn-hubs-k6", "--scenario", "absent.json"], "absent.json"),
     (["--headroom", "2"], "--headroom must be a finite number in [0, 0.95]"),
+    (["--planners", "greedy", "--checkpoint", "rl/checkpoints/hi_ppo.pt"],
+     "--checkpoint: an option of hippo, which this run does not use"),
+    (["--policies", "event:sailor", "--generations", "3"],
+     "--generations: an option of nsga2, which this run does not use"),
     (["--match", "cn-hubs-k6", "--scenario", "absent.json", "--hours", "1"],
      "--hours: a replayed --scenario runs for its own horizon_s"),
 ])

@@ -128,6 +128,8 @@ def test_missing_reference_front_is_a_clear_error(tiny_suite: Path, tmp_path: Pa
     (["--workers", "0"], "--workers"),
     (["--hippo-polish", "-1"], "--hippo-polish"),
     (["--match", "no-such-instance"], "--match"),
+    (["--methods", "exact", "greedy", "--hippo-samples", "2"],
+     "--hippo-samples: an option of hippo, which this run does not use"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str],
