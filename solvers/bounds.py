@@ -128,6 +128,7 @@ class PairBounds:
         """Most layers that stages of period <= ``period`` hold with at most ``budget`` GPUs
         per replica, each stage's ``dp * tp`` at most ``largest``."""
         t = self.tables
+        budget = min(budget, self.widest)  # no plan uses more: 10 M free GPUs cost no time
         usable = (t.gpus <= largest) & (self.tp <= budget)
         if budget < 1 or not usable.any():
             return 0

@@ -109,3 +109,19 @@ def test_the_step_floor_finds_period_and_compute_together(case):
             apart.append(best / floor)
     assert min(joint) >= 1.0 and all(j <= a * (1 + 1e-9) for j, a in zip(joint, apart, strict=True))
     assert np.median(joint) < np.median(apart)
+
+
+def test_a_budget_above_the_widest_plan_is_the_widest_one(monkeypatch: pytest.MonkeyPatch):
+    """No plan uses more tp units than its positions times the widest stage, so a larger
+    budget gives the same capacity, computed on arrays of that size: 10 M free GPUs a
+    domain once made the capacity DP allocate 10 M entries a position (17 s a front)."""
+    instance = tiny_instance(5, **CASES[2])
+    pair = PairBounds(next(iter(all_pair_tables(instance))))
+    sizes = []
+    real_full = np.full
+    monkeypatch.setattr(np, "full", lambda shape, *a, **k: (sizes.append(shape),
+                                                            real_full(shape, *a, **k))[1])
+    for period in (pair.candidates[0], pair.candidates[len(pair.candidates) // 2], np.inf):
+        assert pair._capacity(period, 10_000_000, 10_000_000) \
+            == pair._capacity(period, pair.widest, 10_000_000)
+    assert max(np.prod(shape) for shape in sizes) == pair.widest + 1
