@@ -38,12 +38,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
-import json
 import math
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +55,6 @@ from formulation.schema import (
     MAX_WORKERS,
     CliParser,
     InputError,
-    Reader,
     integer_arg,
     number_arg,
     read_json,
@@ -76,6 +72,13 @@ from solvers.engine import (
     make_engine,
 )
 from solvers.epsilon import PairPool, SweepState, SweepStats, sweep
+from solvers.exact_state import (
+    check_resumable,
+    engine_statistics,
+    resumed_counters,
+    state_document,
+    state_path,
+)
 from solvers.front import Front, command_line, dominated_by, reference_box, versions
 from solvers.parallel import map_tasks, worker_pool
 from solvers.tables import all_pair_tables
@@ -84,7 +87,6 @@ SEED_KINDS = ("none", "fast", "baselines", "nsga2")
 # The baselines that take seconds on any instance: Sailor-like takes 110 s on the K = 10
 # full-space instance of issue 13 (measured), an eighth of its 15-minute budget.
 FAST_SEED_METHODS = ("single-domain", "greedy")
-STATE_SCHEMA = "xdsched.exact-state/1"
 # The label-setting DP proves K = 20 full-space solves that the MILP and CP-SAT do not
 # (issue 13); its claims that fail their checks still go to CP-SAT.
 DEFAULT_ENGINE = "labels"
@@ -240,7 +242,7 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
                 settings: ExactSettings | None = None, workers: int = 1,
                 scheduler: str | None = None, resume: dict | None = None) -> Front:
     """The exact (or best known) front of ``instance``; ``resume`` is a state document a
-    time-limited run left (:func:`state_document`), which the front's provenance then
+    time-limited run left (:func:`solvers.exact_state.state_document`), which the front's provenance then
     carries on as ``state`` if the run stops short again."""
     settings = settings or ExactSettings(engine=engine, threads=threads, time_limit=time_limit,
                                          solve_limit=solve_limit)
@@ -265,11 +267,11 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
         previous = {"wall_time_s": 0.0, "runs": 0, "stats": SweepStats(),
                     "engines": EngineStatistics()}
     else:
-        check_resumable(resume, instance, settings)
+        check_resumable(resume, instance, settings.engine)
         try:  # the checksum only shows the file unchanged since a writer signed it
             seeds = [Plan.from_dict(p, instance) for p in resume["seeds"]]
             states = [SweepState.from_dict(s, instance) for s in resume["states"]]
-            previous = _resumed_counters(resume)
+            previous = resumed_counters(resume)
         except InputError as err:
             raise InputError(f"--resume: the state cannot be read ({err})") from None
         except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -291,7 +293,7 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
     stats, engines = previous["stats"], previous["engines"]
     for result in results:
         stats.merge(SweepStats(**result["stats"]))
-        engines.merge(_engine_stats(result["engines"]))
+        engines.merge(engine_statistics(result["engines"]))
     all_tables = all_pair_tables(instance, interleaved=True)
     floors = [pair_bounds(tables) for tables in all_tables]
     for bounds in floors:
@@ -319,7 +321,7 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
         "sweep": stats.to_dict(), "engines": engines.to_dict(),
     }
     if not front.provenance["complete"]:
-        front.provenance["state"] = state_document(instance, settings, seeds, states,
+        front.provenance["state"] = state_document(instance, settings.engine, seeds, states,
                                                    stats, engines, wall,
                                                    previous["runs"] + 1)
     if front.points:
@@ -371,75 +373,6 @@ def assemble(instance: Instance, states: list[SweepState], seeds: list[Plan],
             raise RuntimeError(f"{instance.name}: a seed plan dominates a certified point "
                                f"{front.objectives[np.flatnonzero(beaten)[0]].tolist()}")
     return front
-
-
-# -- resuming ---------------------------------------------------------------------------------
-def _resumed_counters(resume: dict) -> dict:
-    """The run counters of a state document, each field checked (a state's checksum holds
-    for any content its writer signed)."""
-    r = Reader(resume, "")
-    counts = {"low": 0, "high": 2 ** 62}
-
-    def tally(reader: Reader, key: str) -> dict[str, int]:
-        table = reader.child(key)
-        return {name: table.integer(name, **counts) for name in list(table.value)}
-
-    stats = r.child("stats")
-    sweep = SweepStats(**{name: stats.integer(name, **counts)
-                          for name in ("solves", "reused", "floored", "unproven")},
-                       solve_time_s=stats.number("solve_time_s", low=0),
-                       proofs=tally(stats, "proofs"))
-    stats.finish()
-    engines = r.child("engines")
-    engine = EngineStatistics(engines.integer("solves", **counts),
-                              engines.number("wall_time_s", low=0),
-                              Counter(tally(engines, "statuses")),
-                              engines.integer("handed_over", **counts))
-    engines.finish()
-    return {"wall_time_s": r.number("wall_time_s", low=0),
-            "runs": r.integer("runs", **counts), "stats": sweep, "engines": engine}
-
-
-def _engine_stats(document: dict) -> EngineStatistics:
-    return EngineStatistics(document["solves"], document["wall_time_s"],
-                            Counter(document["statuses"]), document["handed_over"])
-
-
-def state_document(instance: Instance, settings: ExactSettings, seeds: list[Plan],
-                   states: list[SweepState], stats: SweepStats, engines: EngineStatistics,
-                   wall_time_s: float, runs: int) -> dict:
-    """Everything a later run needs to continue this one (``--resume``), with a checksum
-    of itself: a state is the run's own record, never edited."""
-    document = {"schema": STATE_SCHEMA, "instance": instance.name,
-                "fingerprint": instance.content_hash(), "engine": settings.engine,
-                "seeds": [p.to_dict() for p in seeds], "states": [s.to_dict() for s in states],
-                "stats": stats.to_dict(), "engines": engines.to_dict(),
-                "wall_time_s": wall_time_s, "runs": runs}
-    return {**document, "checksum": _checksum(document)}
-
-
-def _checksum(document: dict) -> str:
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_resumable(document: dict, instance: Instance, settings: ExactSettings) -> None:
-    if not isinstance(document, dict) or document.get("schema") != STATE_SCHEMA:
-        raise InputError(f"--resume: the state is not a {STATE_SCHEMA} document")
-    rest = {key: value for key, value in document.items() if key != "checksum"}
-    if document.get("checksum") != _checksum(rest):  # claims ("proven") are not re-proven
-        raise InputError("--resume: the state does not match its checksum (it was changed "
-                         "after the run wrote it)")
-    if document.get("fingerprint") != instance.content_hash():
-        raise InputError(f"--resume: the state belongs to another instance "
-                         f"({document.get('instance')!r})")
-    if document.get("engine") != settings.engine:
-        raise InputError(f"--resume: the state was made with --engine {document.get('engine')}, "
-                         f"not {settings.engine}")
-
-
-def state_path(out: Path) -> Path:
-    return out.with_name(out.name + ".state")
 
 
 # -- one weighted optimum ----------------------------------------------------------------------

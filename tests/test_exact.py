@@ -363,14 +363,15 @@ def test_resume_continues_a_run_that_hit_its_time_limit(tmp_path, scaleout):
 def test_a_resumed_state_with_a_malformed_field_is_one_line(scaleout, field, value, needle):
     """A state's checksum shows it unchanged since it was signed, not well formed (anyone
     can sign an edited one): each counter a resumed run carries on is checked."""
-    from solvers.exact import ExactSettings, _checksum
+    from solvers.exact import ExactSettings
+    from solvers.exact_state import checksum
 
     instance, _ = scaleout
     settings = ExactSettings(time_limit=1e-3, units=2)  # stops short: a state to resume
     state = exact_front(instance, settings=settings).provenance["state"]
     state.pop("checksum")
     state[field] = {**state[field], **value} if isinstance(value, dict) else value
-    state["checksum"] = _checksum(state)
+    state["checksum"] = checksum(state)
     with pytest.raises(InputError, match=f"--resume: the state cannot be read .*{needle}"):
         exact_front(instance, settings=ExactSettings(units=2), resume=state)
 
