@@ -242,8 +242,8 @@ def exact_front(instance: Instance, engine: str = DEFAULT_ENGINE, time_limit: fl
                 settings: ExactSettings | None = None, workers: int = 1,
                 scheduler: str | None = None, resume: dict | None = None) -> Front:
     """The exact (or best known) front of ``instance``; ``resume`` is a state document a
-    time-limited run left (:func:`solvers.exact_state.state_document`), which the front's provenance then
-    carries on as ``state`` if the run stops short again."""
+    time-limited run left (:func:`solvers.exact_state.state_document`), which the front's
+    provenance then carries on as ``state`` if the run stops short again."""
     settings = settings or ExactSettings(engine=engine, threads=threads, time_limit=time_limit,
                                          solve_limit=solve_limit)
     if instance.search.virtual_stages != (1,) and instance.constraints.wan_share_cap is not None:

@@ -3,6 +3,7 @@ beats an exact reference front."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 from pathlib import Path
@@ -31,6 +32,8 @@ from solvers.front import Front, dominated_by
 from solvers.tables import all_pair_tables
 
 MODULE = "solvers.baselines"
+# the module: the package binds the name ``sailor`` to its planner function
+sailor_module = importlib.import_module("solvers.baselines.sailor")
 QUICK = suite_paths("quick")
 
 
@@ -273,3 +276,25 @@ def test_single_domain_fallback_takes_a_pair_of_whole_micro_batches():
     space = dataclasses.replace(instance.search, dp=(odd, *instance.search.dp))
     plan = one_domain_attempt(instance.replace(search=space), 0)
     assert batch % (plan.dp * plan.micro_batch) == 0 and plan.dp != odd
+
+
+def test_sailor_shares_its_split_work_over_the_pairs(monkeypatch: pytest.MonkeyPatch):
+    """A budget of split work (stage-layers) bounds the search however many layouts the
+    search space has, and each pair may spend what is left over the pairs still to come:
+    a small budget still yields plans of every pair, and no more work than the budget plus
+    one split a pair."""
+    instance = Instance.load(QUICK[0])
+    pairs = all_pair_tables(instance)
+    full = sailor_module.sailor_candidates(instance)
+    calls = []
+    real = sailor_module.min_max_layers
+    monkeypatch.setattr(sailor_module, "min_max_layers",
+                        lambda tables, slots: calls.append(len(slots) * tables.layers)
+                        or real(tables, slots))
+    budget = 40 * len(pairs) * max(t.layers for t in pairs)
+    monkeypatch.setattr(sailor_module, "MAX_SPLIT_WORK", budget)
+    cut = sailor_module.sailor_candidates(instance)
+    largest = max(t.positions * t.layers for t in pairs)
+    assert sum(calls) <= budget + len(pairs) * largest
+    assert len(cut) < len(full)
+    assert {(p.dp, p.micro_batch) for p in cut} == {(p.dp, p.micro_batch) for p in full}

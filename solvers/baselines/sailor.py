@@ -52,6 +52,12 @@ MAX_LAYOUTS = 200_000
 combinatorially with the stages and the domains' room (the full-space suite needs up to
 157,000; domains of thousands of free GPUs and 16 stages, billions). Chains come shortest
 and widest first, so a cut keeps those."""
+MAX_SPLIT_WORK = 200_000_000
+"""Stage-layers (stages x layers of each distinct stage sequence the DP splits: its cost)
+an instance's search may spend, shared over its pairs: a pair may spend what is left over
+the pairs still to come. Set well above what any committed suite's or held-out instance's
+search spends, so that none is cut; 64 stages over 1,024 free GPUs a domain would
+otherwise take hours."""
 
 
 def mode_options(tables: PairTables) -> dict[str, list[int]]:
@@ -131,13 +137,18 @@ def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM,
     (``time.perf_counter()`` seconds), the layouts estimated before it (a search that seeds
     another under a time limit)."""
     plans = []
-    for tables in all_pair_tables(instance):
+    pairs = all_pair_tables(instance)
+    spent = 0  # stage-layers split so far (MAX_SPLIT_WORK)
+    for index, tables in enumerate(pairs):
         if deadline is not None and time.perf_counter() >= deadline:
             break
+        allowance = spent + (MAX_SPLIT_WORK - spent) // (len(pairs) - index)
 
         @cache
         def split(sequence: tuple[int, ...], tables=tables) -> tuple[tuple[int, ...], float]:
             # The DP depends on the options only, not on which domains host them.
+            nonlocal spent
+            spent += len(sequence) * tables.layers
             layers = min_max_layers(tables, [Slot(0, o) for o in sequence])
             if layers is None:
                 return (), float("inf")
@@ -147,7 +158,7 @@ def sailor_candidates(instance: Instance, beam: int = DEFAULT_BEAM,
 
         best: dict[tuple, tuple[float, list[Slot], tuple[int, ...]]] = {}
         for count, (chain, slots) in enumerate(layouts(tables, beam)):
-            if count >= MAX_LAYOUTS or deadline is not None \
+            if count >= MAX_LAYOUTS or spent >= allowance or deadline is not None \
                     and time.perf_counter() >= deadline:
                 break
             layers, slowest = split(tuple(s.option for s in slots))
