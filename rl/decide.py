@@ -1,8 +1,8 @@
 """Hi-PPO decisions: a plan for an instance state, a preference and budgets, explained.
 
     python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
-                        [--step-cap S] [--pairs N] [--lower-time S] [--no-exhaust]
-                        [--policy-plan] [--samples N]
+                        [--step-cap S] [--pairs N] [--lower-time S] [--lower-work UNITS]
+                        [--no-exhaust] [--policy-plan] [--samples N]
                         [--polish ROUNDS] [--starts] [--seed S] [--checkpoint FILE]
                         [--heatmap FILE.png] [--out PLAN.json] [--quiet]
 
@@ -23,10 +23,11 @@ always where the lower level finds none or runs out of time. Where the ranked pa
 no plan (the masks offer none within the budgets, or the DP places none), the lower level
 places every other pair before the decision says there is none: the masks' completion
 test is sufficient, not necessary, and plans that mix (tp, recompute) options across
-stages may be all a tight state has (a failure on a 70B instance). If its time (or work,
-``DecisionSettings.lower_work``) runs out first, the decision says "no plan found within
-the lower level's limit", which proves nothing (:class:`NoPlanInTime`). ``--samples N`` also draws
-N plans from the policy and keeps the one with the best reward. ``--polish ROUNDS`` also
+stages may be all a tight state has (a failure on a 70B instance). If its time (or work:
+``--lower-work``, counted rather than timed, so that the plan is the same on any machine)
+runs out first, the decision says "no plan found within the lower level's limit", which
+proves nothing (:class:`NoPlanInTime`). ``--samples N`` also draws N plans from the policy
+and keeps the one with the best reward. ``--polish ROUNDS`` also
 improves each plan by at most that many rounds of local search on the reward, within the
 budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--heatmap``
 draws the cross-domain traffic (GB per step between domains).
@@ -507,9 +508,14 @@ def main(argv: list[str] | None = None) -> int:
                         f"level's best first (default {HIERARCHICAL.pairs}; 0: the policy "
                         "builds every stage)")
     parser.add_argument("--lower-time", type=number_arg(0, MAX_DEADLINE_S, low_open=True),
-                        default=HIERARCHICAL.lower_time,
+                        default=None,
                         help="seconds from the decision's start until which the lower "
-                        f"level may run (default {HIERARCHICAL.lower_time})")
+                        f"level may run (default {HIERARCHICAL.lower_time}; none with "
+                        "--lower-work alone)")
+    parser.add_argument("--lower-work", type=integer_arg(1, MAX_WORK), default=None,
+                        help="units of DP work the lower level may spend instead "
+                        f"({WORK_PER_SECOND:,} about a second here): a counted limit, so "
+                        "that the plan is the same on any machine")
     parser.add_argument("--exhaust", action=argparse.BooleanOptionalAction,
                         default=HIERARCHICAL.exhaust,
                         help="also place every further pair a DP run cannot prove slower, "
@@ -540,8 +546,11 @@ def main(argv: list[str] | None = None) -> int:
 def _decide(args: argparse.Namespace) -> None:
     weights = parse_weights(args.weights)
     try:
-        settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time,
-                                    exhaust=args.exhaust, policy_plan=args.policy_plan,
+        lower_time = args.lower_time if args.lower_time is not None or args.lower_work \
+            is not None else HIERARCHICAL.lower_time
+        settings = DecisionSettings(pairs=args.pairs, lower_time=lower_time,
+                                    lower_work=args.lower_work, exhaust=args.exhaust,
+                                    policy_plan=args.policy_plan,
                                     samples=args.samples, seed=args.seed,
                                     polish=args.polish, starts=args.starts)
     except ValueError as err:

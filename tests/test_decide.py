@@ -17,6 +17,7 @@ from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
 from rl.decide import (
     DEFAULT_CHECKPOINT,
+    HIERARCHICAL,
     POLICY_ONLY,
     DecisionSettings,
     Scheduler,
@@ -435,3 +436,25 @@ def test_a_scheduler_warms_up_before_its_first_decision():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[False,", "False,", "False,", "False]", "[True,", "True,",
                                    "True,", "True]", "0", "0"]
+
+
+@pytest.mark.parametrize(("args", "lower_time", "lower_work"), [
+    ([], HIERARCHICAL.lower_time, None),
+    (["--lower-work", "5000"], None, 5000),  # counted alone: the same plan on any machine
+    (["--lower-work", "5000", "--lower-time", "0.5"], 0.5, 5000),
+    (["--lower-time", "0.5"], 0.5, None),
+])
+def test_cli_limits_the_lower_level_by_time_or_counted_work(
+        args: list[str], lower_time, lower_work, monkeypatch: pytest.MonkeyPatch):
+    import rl.decide as decide
+
+    asked = []
+
+    def decide_with(self, instance, weights, budgets, settings):
+        asked.append(settings)
+        raise InputError("stop here")
+
+    monkeypatch.setattr(decide.Scheduler, "decide", decide_with)
+    assert decide.main([str(QUICK), "--weights", "1,0,0", *args]) == 2
+    assert (asked[0].lower_time, asked[0].lower_work) == (lower_time, lower_work)
+
