@@ -103,3 +103,24 @@ def test_a_hippo_replan_out_of_work_is_no_plan_not_an_error():
     options = hippo.options_type()
     assert hippo.replan(state, 0, options) is None
     assert hippo.replan(state, 0, options) is None  # and the same the second time
+
+
+def test_the_exact_planner_warms_up_before_its_first_timed_decision():
+    """The exact re-plan's limit is wall time: a process's first one would compile or load
+    the DP's kernels within it (on a fresh install it ran out, and the online run's numbers
+    changed). Making the planner decides once, with no limit, before any timed decision."""
+    import subprocess
+    import sys
+
+    code = ("import solvers.label_kernels as k\n"
+            "kernels = (k.label_dp, k.probe, k.completion, k.least_gpus)\n"
+            "before = [bool(f.signatures) for f in kernels]\n"
+            "from evaluation.methods import METHODS\n"
+            "from evaluation.replanning import Planner\n"
+            "Planner('exact', METHODS['exact'].options_type())\n"
+            "print(before, [bool(f.signatures) for f in kernels])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False,", "False,", "False,", "False]", "[True,", "True,",
+                                   "True,", "True]"]
