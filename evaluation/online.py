@@ -65,7 +65,7 @@ from formulation.schema import (
     read_json,
     run_cli,
 )
-from formulation.training_run import RunCosts, simulate_run
+from formulation.training_run import RunCosts, scenario_step_times, simulate_run
 from instances.scenarios import MAX_HOURS, ScenarioSettings, generate_scenario
 from instances.suites import SUITES, SUITES_DIR, suite_paths
 from solvers.front import command_line, versions
@@ -113,12 +113,13 @@ def run_online_unit(unit: OnlineUnit) -> dict:
     """Every policy's run and KPIs on one instance, and the timelines for the plots."""
     instance = Instance.from_dict(unit.instance)
     scenario = Scenario.from_dict(unit.scenario, instance)
+    steps = scenario_step_times(instance, scenario, unit.costs)  # shared by every run
     runs = {ORACLE: simulate_run(instance, scenario, Oracle(unit.options.get("exact")),
-                                 unit.costs)}
+                                 unit.costs, steps)}
     for kind, planner in unit.policies:
         policy = ReplanningPolicy(kind, Planner(planner, unit.options[planner]),
                                   unit.settings, unit.costs)
-        runs[policy.name] = simulate_run(instance, scenario, policy, unit.costs)
+        runs[policy.name] = simulate_run(instance, scenario, policy, unit.costs, steps)
     kpis = {name: run_kpis(instance, record) for name, record in runs.items()}
     rows = []
     for name in runs:

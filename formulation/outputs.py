@@ -26,6 +26,7 @@ provenance's command and package versions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import platform
@@ -330,13 +331,18 @@ def _alive(pid: int) -> bool:
 
 def versions() -> dict[str, str]:
     """Versions of the interpreter and the packages that shape a result."""
+    return dict(_versions())
+
+
+@functools.cache  # a process's packages do not change; reading them takes milliseconds
+def _versions() -> tuple[tuple[str, str], ...]:
     out = {"python": platform.python_version()}
     for package in ("xdsched", "numpy", "pyomo", "highspy", "ortools", "moocore", "pymoo"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             continue
-    return out
+    return tuple(out.items())
 
 
 def command_line(module: str) -> str:

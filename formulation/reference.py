@@ -7,6 +7,8 @@ step follow the pipeline flush in both.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from formulation.evaluator import cost_model, evaluate_plans
@@ -71,3 +73,66 @@ def simulated_step_time(instance: Instance, plan: Plan, start_time_s: float = 0.
     makespan = simulate_pipeline(pipeline_spec(instance, plan, start_time_s,
                                                use_trace)).makespan_s
     return makespan + float(result.allreduce_s[0]) + float(result.optimizer_s[0])
+
+
+class StepTimes:
+    """Step times of plans through ``instance``'s trace: ``at(plan, t)`` is the simulated
+    step time of ``plan`` starting ``t`` into the trace (``simulated_step_time(instance,
+    plan, t, use_trace=True)``), made cheap for a training run's many steps.
+
+    Where the factors of the plan's WAN boundaries hold still over the whole step (the
+    scenarios change links every few minutes; steps take seconds to minutes), the step is
+    the one simulated with those factors held constant: simulated once per plan and factor
+    values, and independent of where the step starts. Elsewhere every step is simulated on
+    the trace. The two agree up to rounding (a message across a sample boundary is timed in
+    two parts at the same rate)."""
+
+    def __init__(self, instance: Instance):
+        if instance.trace is None:
+            raise ValueError("StepTimes needs an instance with a trace")
+        self.instance, self.trace = instance, instance.trace
+        self._held: dict[tuple, float] = {}  # (plan, factors) -> step time
+        self._traced: dict[tuple[Plan, float], float] = {}  # (plan, start) -> step time
+        self._boundaries: dict[Plan, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _wan(self, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+        """The plan's WAN boundaries as (from, to) domain arrays, both directions."""
+        if plan not in self._boundaries:
+            v = plan.virtual_stages
+            ends = [s.domain for s in plan.stages] + ([plan.stages[0].domain] if v > 1 else [])
+            pairs = {(a, z) for a, z in zip(ends[:-1], ends[1:], strict=True) if a != z}
+            pairs |= {(z, a) for a, z in pairs}
+            ordered = sorted(pairs)
+            self._boundaries[plan] = (np.array([a for a, _ in ordered], dtype=np.int64),
+                                      np.array([z for _, z in ordered], dtype=np.int64))
+        return self._boundaries[plan]
+
+    def at(self, plan: Plan, start_s: float) -> float:
+        trace = self.trace
+        a, z = self._wan(plan)
+        first = trace.index_at(start_s)
+        bandwidth = trace.bandwidth_factor[:, a, z]
+        latency = trace.latency_factor[:, a, z]
+        key = (plan, bandwidth[first].tobytes(), latency[first].tobytes())
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = self._simulate_held(plan, first)
+        last = trace.index_at(start_s + held)
+        if (bandwidth[first:last + 1] == bandwidth[first]).all() \
+                and (latency[first:last + 1] == latency[first]).all():
+            return held
+        key = (plan, start_s)
+        if key not in self._traced:  # runs that share a plan share its steps until they part
+            self._traced[key] = simulated_step_time(self.instance, plan, start_s,
+                                                    use_trace=True)
+        return self._traced[key]
+
+    def _simulate_held(self, plan: Plan, index: int) -> float:
+        """The step with every factor held at its value in trace interval ``index``."""
+        spec = pipeline_spec(self.instance, plan, 0.0, use_trace=True)
+        held = {name: getattr(spec, name)[index:index + 1] for name in (
+            "bandwidth_factor", "latency_factor", "backward_bandwidth_factor",
+            "backward_latency_factor")}
+        result = evaluate_plans(self.instance, [plan])
+        return simulate_pipeline(dataclasses.replace(spec, **held)).makespan_s \
+            + float(result.allreduce_s[0]) + float(result.optimizer_s[0])

@@ -5,8 +5,9 @@ under a re-planning *policy* (:class:`Policy`: it observes the state changes and
 plan or returns a new one). Each training step of the running plan is timed by the
 event-level 1F1B simulator (:func:`formulation.reference.simulated_step_time`) on the
 scenario sampled every ``trace_interval_s``, so bandwidth changes and latency spikes inside
-a step count as they happen. What a change costs is charged as in a real job
-(:class:`RunCosts`):
+a step count as they happen (:class:`~formulation.reference.StepTimes`: a step in which the
+plan's links hold still is simulated once for all such steps). What a change costs is
+charged as in a real job (:class:`RunCosts`):
 
 * **Interruption.** A state in which the running plan's GPUs are no longer all free (a
   failure, other tenants' load, a domain leaving) stops it at once: the step in progress and
@@ -66,7 +67,7 @@ from formulation.costmodel import GBIT, PERSISTENT_BYTES_PER_PARAM
 from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan
-from formulation.reference import simulated_step_time
+from formulation.reference import StepTimes
 from formulation.scenario import EventKind, Scenario, StateSeries, state_series
 from formulation.schema import check_ranges
 
@@ -242,13 +243,12 @@ class _Run:
     """One run's mutable state and what happens to it; :func:`simulate_run` drives it."""
 
     def __init__(self, instance: Instance, scenario: Scenario, policy: Policy,
-                 costs: RunCosts):
+                 costs: RunCosts, step_times: StepTimes | None = None):
         check_ranges(costs, RUN_COST_RANGES)
         self.instance, self.policy, self.costs = instance, policy, costs
         self.horizon = scenario.horizon_s
         self.states: StateSeries = state_series(scenario, instance)
-        self.traced = instance.replace(trace=scenario.to_trace(instance,
-                                                               costs.trace_interval_s))
+        self.step_times = step_times or scenario_step_times(instance, scenario, costs)
         self.causes: dict[float, str] = {}  # what interrupts a plan at a time
         for e in scenario.events:
             if e.kind in (EventKind.NODE_FAILURE, EventKind.DOMAIN_FAILURE):
@@ -476,10 +476,21 @@ class _Run:
         return now + stop, new
 
 
+def scenario_step_times(instance: Instance, scenario: Scenario,
+                        costs: RunCosts = RunCosts()) -> StepTimes:
+    """The step times of plans on ``instance`` through ``scenario``, sampled as a run samples
+    it: one object serves every policy's run of the same scenario (they share its steps)."""
+    return StepTimes(instance.replace(trace=scenario.to_trace(instance,
+                                                              costs.trace_interval_s)))
+
+
 def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
-                 costs: RunCosts = RunCosts()) -> RunRecord:
-    """The run of ``policy`` through ``scenario`` (module doc)."""
-    run = _Run(instance, scenario, policy, costs)
+                 costs: RunCosts = RunCosts(), step_times: StepTimes | None = None
+                 ) -> RunRecord:
+    """The run of ``policy`` through ``scenario`` (module doc); ``step_times``: those of
+    :func:`scenario_step_times` for the same instance, scenario and costs, shared with other
+    runs."""
+    run = _Run(instance, scenario, policy, costs, step_times)
     horizon = run.horizon
     answer = run.ask(Point(0.0, Trigger.START), None)
     plan = None if answer is None else answer.plan
@@ -513,7 +524,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                 plan, now = answer.plan, now + answer.charged_s
             continue
         # running: one step, watching every change, timer and notice up to its end
-        length = simulated_step_time(run.traced, plan, now, use_trace=True)
+        length = run.step_times.at(plan, now)
         end = now + length
         rate = run.record.tokens_per_step / length
         cut = None

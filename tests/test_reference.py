@@ -82,3 +82,38 @@ def test_trace_modulates_the_simulated_step():
     at_slow = simulated_step_time(instance, plan, start_time_s=slow * instance.trace.interval_s,
                                   use_trace=True)
     assert factors[slow] < 1 and at_slow > base
+
+
+def test_step_times_simulate_a_still_stretch_once_and_a_change_as_it_comes(monkeypatch):
+    """A training run's steps: where the plan's WAN links hold still over a step, the step
+    is simulated once with those factors held (the same up to rounding as on the trace,
+    wherever it starts); a step across a change is simulated on the trace, exactly."""
+    import formulation.reference as reference
+    from formulation.trace import Trace
+
+    base = generate_instance(6, "13b", seed=5, topology="cn-hubs")
+    plan = next(p for p in feasible_sample(base, 60, seed=2)
+                if len({s.domain for s in p.stages}) > 1)
+    k, length, dt = base.num_domains, 400, 10.0
+    bandwidth, latency = np.ones((length, k, k)), np.ones((length, k, k))
+    bandwidth[200:] = 0.5  # every link halves at 2,000 s
+    instance = base.replace(trace=Trace(dt, bandwidth, latency, np.ones((length, k))))
+    calls = []
+    real = reference.simulate_pipeline
+    monkeypatch.setattr(reference, "simulate_pipeline",
+                        lambda spec, *a: calls.append(spec) or real(spec, *a))
+    times = reference.StepTimes(instance)
+    step = times.at(plan, 0.0)
+    assert len(calls) == 1 and step > 0
+    still = [3.7, 101.0, 2000.0 - 1.01 * step]  # each step ends before the change
+    for start in still:
+        assert times.at(plan, start) == step
+        assert abs(simulated_step_time(instance, plan, start, use_trace=True) / step - 1) \
+            < 1e-12
+    across = 2000.0 - 0.5 * step
+    calls.clear()
+    assert times.at(plan, across) == simulated_step_time(instance, plan, across,
+                                                         use_trace=True)
+    assert times.at(plan, across) > step  # half of it at half the bandwidth
+    slow = times.at(plan, 3000.0)
+    assert times.at(plan, 3100.0) == slow and slow > step
