@@ -34,3 +34,20 @@ def run_main(module: ModuleType, argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as done:
             status = done.code if isinstance(done.code, int) else 2
     return int(status or 0), stdout.getvalue(), stderr.getvalue()
+
+
+def kernels_compiled_by(statement: str) -> tuple[list[bool], list[bool]]:
+    """In a fresh process: whether the lower level's numba kernels have compiled (or loaded)
+    code, before and after ``statement`` (what warms a process up before its first timed
+    decision)."""
+    code = ("import solvers.label_kernels as k\n"
+            "kernels = (k.label_dp, k.probe, k.completion, k.least_gpus)\n"
+            "before = [bool(f.signatures) for f in kernels]\n"
+            f"{statement}\n"
+            "print([int(b) for b in before], [int(bool(f.signatures)) for f in kernels])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.strip().splitlines()[-1].split("] [")
+    return ([bool(int(x)) for x in before.strip("[]").split(",")],
+            [bool(int(x)) for x in after.strip("[]").split(",")])

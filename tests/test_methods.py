@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+from clitools import kernels_compiled_by
 
 from evaluation import methods
 from evaluation.methods import (
@@ -109,18 +110,8 @@ def test_the_exact_planner_warms_up_before_its_first_timed_decision():
     """The exact re-plan's limit is wall time: a process's first one would compile or load
     the DP's kernels within it (on a fresh install it ran out, and the online run's numbers
     changed). Making the planner decides once, with no limit, before any timed decision."""
-    import subprocess
-    import sys
-
-    code = ("import solvers.label_kernels as k\n"
-            "kernels = (k.label_dp, k.probe, k.completion, k.least_gpus)\n"
-            "before = [bool(f.signatures) for f in kernels]\n"
-            "from evaluation.methods import METHODS\n"
-            "from evaluation.replanning import Planner\n"
-            "Planner('exact', METHODS['exact'].options_type())\n"
-            "print(before, [bool(f.signatures) for f in kernels])\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[False,", "False,", "False,", "False]", "[True,", "True,",
-                                   "True,", "True]"]
+    before, after = kernels_compiled_by(
+        "from evaluation.methods import METHODS\n"
+        "from evaluation.replanning import Planner\n"
+        "Planner('exact', METHODS['exact'].options_type())")
+    assert not any(before) and all(after)
