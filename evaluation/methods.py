@@ -487,10 +487,14 @@ def check_method_flags(args: argparse.Namespace, used: list[str]) -> None:
         flags = argparse.ArgumentParser(add_help=False)
         options_type.add_arguments(flags)
         for action in flags._actions:
-            if getattr(args, action.dest, action.default) != action.default:
+            value = getattr(args, action.dest, action.default)
+            if value != action.default:
                 owners = [n for n, m in METHODS.items() if m.options_type is options_type]
-                raise InputError(f"{action.option_strings[0]}: an option of "
-                                 f"{' and '.join(owners)}, which this run does not use")
+                # the flag as typed: a --no-X of a boolean pair sets False
+                flag = next((o for o in action.option_strings if o.startswith("--no-")
+                             and value is False), action.option_strings[0])
+                raise InputError(f"{flag}: an option of {' and '.join(owners)}, which "
+                                 "this run does not use")
 
 
 def unavailable_methods(options: dict[str, MethodOptions]) -> dict[str, str]:

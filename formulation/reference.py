@@ -95,6 +95,16 @@ class StepTimes:
         self._traced: dict[tuple[Plan, float], float] = {}  # (plan, start) -> step time
         self._boundaries: dict[Plan, tuple[np.ndarray, np.ndarray]] = {}
 
+    def serves(self, instance: Instance) -> bool:
+        """Whether these are the step times of ``instance`` (the same instance and trace)."""
+        mine, theirs = self.trace, instance.trace
+        return theirs is not None and mine.interval_s == theirs.interval_s \
+            and mine.failures == theirs.failures \
+            and all(np.array_equal(getattr(mine, name), getattr(theirs, name))
+                    for name in ("bandwidth_factor", "latency_factor", "free_gpu_factor")) \
+            and self.instance.replace(trace=None).content_hash() \
+            == instance.replace(trace=None).content_hash()
+
     def _wan(self, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
         """The plan's WAN boundaries as (from, to) domain arrays, both directions."""
         if plan not in self._boundaries:

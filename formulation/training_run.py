@@ -248,7 +248,10 @@ class _Run:
         self.instance, self.policy, self.costs = instance, policy, costs
         self.horizon = scenario.horizon_s
         self.states: StateSeries = state_series(scenario, instance)
-        self.step_times = step_times or scenario_step_times(instance, scenario, costs)
+        own = scenario_step_times(instance, scenario, costs)
+        if step_times is not None and not step_times.serves(own.instance):
+            raise ValueError("step_times: made for another instance, scenario or sampling")
+        self.step_times = step_times or own
         self.causes: dict[float, str] = {}  # what interrupts a plan at a time
         for e in scenario.events:
             if e.kind in (EventKind.NODE_FAILURE, EventKind.DOMAIN_FAILURE):

@@ -513,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"level may run (default {HIERARCHICAL.lower_time}; none with "
                         "--lower-work alone)")
     parser.add_argument("--lower-work", type=integer_arg(1, MAX_WORK), default=None,
+                        metavar="UNITS",
                         help="units of DP work the lower level may spend instead "
                         f"({WORK_PER_SECOND:,} about a second here): a counted limit, so "
                         "that the plan is the same on any machine")

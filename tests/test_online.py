@@ -27,6 +27,7 @@ from formulation.training_run import (
     RunCosts,
     Trigger,
     migration_bytes,
+    scenario_step_times,
     simulate_run,
 )
 from instances.scenarios import ScenarioSettings, generate_scenario
@@ -98,6 +99,19 @@ def test_a_failure_rolls_back_to_the_checkpoint_and_waits_for_its_gpus(hand_inst
     kpis = run_kpis(hand_instance, record)
     assert kpis["failure_switch_s_max"] == pytest.approx(90.0, abs=1e-3)
     assert kpis["failure_interruption_s_max"] == pytest.approx(90.0 + 3 * step, abs=1e-3)
+
+
+def test_shared_step_times_give_the_same_run_and_must_be_the_scenarios(hand_instance):
+    scenario = Scenario.of(200.0, [Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)])
+    alone = simulate_run(hand_instance, scenario, Scripted(PLAN_A, 10.0), FAST)
+    shared = scenario_step_times(hand_instance, scenario, FAST)
+    simulate_run(hand_instance, scenario, Scripted(PLAN_B, 10.0), FAST, shared)
+    assert simulate_run(hand_instance, scenario, Scripted(PLAN_A, 10.0), FAST,
+                        shared).segments == alone.segments
+    other = Scenario.of(200.0, [Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=40.0)])
+    with pytest.raises(ValueError, match="step_times: made for another"):
+        simulate_run(hand_instance, scenario, Scripted(PLAN_A, 10.0), FAST,
+                     scenario_step_times(hand_instance, other, FAST))
 
 
 def test_stability_leaves_out_the_recovery_from_a_failure(hand_instance):

@@ -130,6 +130,7 @@ def test_missing_reference_front_is_a_clear_error(tiny_suite: Path, tmp_path: Pa
     (["--match", "no-such-instance"], "--match"),
     (["--methods", "exact", "greedy", "--hippo-samples", "2"],
      "--hippo-samples: an option of hippo, which this run does not use"),
+    (["--methods", "exact", "--no-hippo-exhaust"], "--no-hippo-exhaust: an option of hippo"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str],

@@ -107,13 +107,18 @@ def test_step_times_simulate_a_still_stretch_once_and_a_change_as_it_comes(monke
     assert len(calls) == 1 and step > 0
     still = [3.7, 101.0, 2000.0 - 1.01 * step]  # each step ends before the change
     for start in still:
+        simulated = len(calls)
         assert times.at(plan, start) == step
+        assert len(calls) == simulated  # not simulated again
         assert abs(simulated_step_time(instance, plan, start, use_trace=True) / step - 1) \
             < 1e-12
     across = 2000.0 - 0.5 * step
     calls.clear()
     assert times.at(plan, across) == simulated_step_time(instance, plan, across,
                                                          use_trace=True)
+    assert calls[0].bandwidth_factor.shape[0] == length  # simulated on the trace
     assert times.at(plan, across) > step  # half of it at half the bandwidth
+    assert times.serves(instance) and not times.serves(base.replace(trace=Trace(
+        dt, np.ones((length, k, k)), latency, np.ones((length, k)))))
     slow = times.at(plan, 3000.0)
     assert times.at(plan, 3100.0) == slow and slow > step
