@@ -56,6 +56,7 @@ from evaluation.report import Table, markdown, millis, number, percent, print_ta
 from evaluation.runner import add_where_arguments
 from formulation.instance import Instance
 from formulation.outputs import ResultsDirectory, output_directory, strict, write_atomic, write_json
+from formulation.run_costs import RunCosts
 from formulation.scenario import Scenario
 from formulation.schema import (
     SEED,
@@ -65,7 +66,7 @@ from formulation.schema import (
     read_json,
     run_cli,
 )
-from formulation.training_run import RunCosts, scenario_step_times, simulate_run
+from formulation.training_run import scenario_step_times, simulate_run
 from instances.scenarios import MAX_HOURS, ScenarioSettings, generate_scenario
 from instances.suites import SUITES, SUITES_DIR, suite_paths
 from solvers.front import command_line, versions

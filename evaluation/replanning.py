@@ -46,16 +46,10 @@ from evaluation.methods import METHODS, REFERENCE, MethodOptions
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
-from formulation.training_run import (
-    Replan,
-    RunCosts,
-    Trigger,
-    migration_bytes,
-    migration_time,
-)
+from formulation.run_costs import DEFAULT_COSTS, RunCosts, migration_bytes, migration_time
+from formulation.training_run import Replan, Trigger
 
 KINDS = ("static", "periodic", "event")
-RUN_COSTS = RunCosts()
 ORACLE = "oracle"
 MAX_ANSWERS = 100_000
 
@@ -187,7 +181,7 @@ class ReplanningPolicy:
     oracle = False
 
     def __init__(self, kind: str, planner: Planner, settings: PolicySettings = PolicySettings(),
-                 costs: RunCosts = RUN_COSTS):
+                 costs: RunCosts = DEFAULT_COSTS):
         if kind not in KINDS:
             raise ValueError(f"policy kind must be one of {KINDS}, got {kind!r}")
         self.kind, self.planner, self.settings, self.costs = kind, planner, settings, costs

@@ -7,7 +7,7 @@ event-level 1F1B simulator (:func:`formulation.reference.simulated_step_time`) o
 scenario sampled every ``trace_interval_s``, so bandwidth changes and latency spikes inside
 a step count as they happen (:class:`~formulation.reference.StepTimes`: a step in which the
 plan's links hold still is simulated once for all such steps). What a change costs is
-charged as in a real job (:class:`RunCosts`):
+charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
 
 * **Interruption.** A state in which the running plan's GPUs are no longer all free (a
   failure, other tenants' load, a domain leaving) stops it at once: the step in progress and
@@ -63,49 +63,20 @@ from typing import Protocol
 
 import numpy as np
 
-from formulation.costmodel import GBIT, PERSISTENT_BYTES_PER_PARAM
-from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reference import StepTimes
+from formulation.run_costs import (
+    DEFAULT_COSTS,
+    RUN_COST_RANGES,
+    RunCosts,
+    checkpoint_pause,
+    migration_bytes,
+    migration_time,
+    storage_time,
+)
 from formulation.scenario import EventKind, Scenario, StateSeries, state_series
 from formulation.schema import check_ranges
-
-
-@dataclass(frozen=True)
-class RunCosts:
-    """What changes cost a training job (defaults: a 2024 cluster, seeds/003 topic 4)."""
-
-    heartbeat_s: float = 1.0
-    """Heartbeat period of the job's ranks."""
-    missed_heartbeats: int = 3
-    """Heartbeats missed before a rank counts as failed (3 s: the seeds' response time)."""
-    restart_s: float = 60.0
-    """A cold start after an interruption: processes, communicators, data loaders."""
-    prepare_s: float = 30.0
-    """The same for a planned switch on GPUs the job is given, while the old plan trains."""
-    switch_s: float = 5.0
-    """The cut-over of a prepared switch, besides moving state."""
-    host_copy_gbps: float = 200.0
-    """Per GPU, device to host memory (a checkpoint's pause; PCIe 4 x16 is 256)."""
-    storage_gbps: float = 40.0
-    """Per domain, to and from the checkpoint store."""
-    trace_interval_s: float = 10.0
-    """Sampling of the scenario for the 1F1B simulator (bandwidth and latency)."""
-    load_notice_s: float = 120.0
-    """How long before a load change takes effect it is announced (0: not announced; AWS
-    gives two minutes before it reclaims a spot instance)."""
-
-    @property
-    def detection_s(self) -> float:
-        return self.heartbeat_s * self.missed_heartbeats
-
-
-RUN_COST_RANGES = {"heartbeat_s": (0.0, 3600.0), "missed_heartbeats": (1, 1000),
-                   "restart_s": (0.0, 86_400.0), "prepare_s": (0.0, 86_400.0),
-                   "switch_s": (0.0, 86_400.0), "host_copy_gbps": (1e-3, 1e6),
-                   "storage_gbps": (1e-3, 1e6), "trace_interval_s": (1e-2, 3600.0),
-                   "load_notice_s": (0.0, 86_400.0)}
 
 
 class Trigger(StrEnum):
@@ -173,61 +144,6 @@ class RunRecord:
         if plan not in self.plans:
             self.plans.append(plan)
         return self.plans.index(plan)
-
-
-def layer_domains(plan: Plan) -> np.ndarray:
-    """The domain of every layer, in model order."""
-    return np.concatenate([np.full(stage.layers, stage.domain) for stage in plan.stages])
-
-
-def migration_bytes(instance: Instance, old: Plan, new: Plan) -> dict[tuple[int, int], float]:
-    """Bytes each directed link carries when ``old`` becomes ``new``: the weights and
-    optimizer state (``PERSISTENT_BYTES_PER_PARAM``) of every layer whose domain changes,
-    the embedding with the first stage and the LM head with the last."""
-    cm = cost_model(instance)
-    moves: dict[tuple[int, int], float] = {}
-
-    def add(source: int, target: int, params: float) -> None:
-        if source != target:
-            moves[(source, target)] = moves.get((source, target), 0.0) \
-                + params * PERSISTENT_BYTES_PER_PARAM
-
-    for source, target in zip(layer_domains(old), layer_domains(new), strict=True):
-        add(int(source), int(target), cm.layer_params)
-    add(old.stages[0].domain, new.stages[0].domain, cm.embedding_params)
-    add(old.stages[-1].domain, new.stages[-1].domain, cm.head_params)
-    return moves
-
-
-def migration_time(state: Instance, moves: dict[tuple[int, int], float]) -> float:
-    """Seconds to send ``moves`` over the WAN of ``state``, each link at its bandwidth and
-    latency then, the links in parallel."""
-    links = state.links
-    return max((size / (links.bandwidth_gbps[a, b] * GBIT) + links.latency_ms[a, b] * 1e-3
-                for (a, b), size in moves.items()), default=0.0)
-
-
-def stage_state_bytes(instance: Instance, plan: Plan) -> np.ndarray:
-    """Per stage, the persistent state bytes of its parameters (one copy): its layers, and
-    the embedding on the first stage, the LM head on the last."""
-    cm = cost_model(instance)
-    last = plan.num_stages - 1
-    return np.array([(stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last))
-                     * PERSISTENT_BYTES_PER_PARAM for j, stage in enumerate(plan.stages)])
-
-
-def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts) -> float:
-    """A checkpoint's pause: the largest per-GPU shard copied to host memory."""
-    shards = stage_state_bytes(instance, plan) / np.array([s.tp for s in plan.stages])
-    return float(shards.max()) / (costs.host_copy_gbps * GBIT)
-
-
-def storage_time(instance: Instance, plan: Plan, costs: RunCosts) -> float:
-    """Writing (or reading) a checkpoint of ``plan``: every domain its stages' state."""
-    per_domain = np.bincount([s.domain for s in plan.stages],
-                             weights=stage_state_bytes(instance, plan),
-                             minlength=instance.num_domains)
-    return float(per_domain.max()) / (costs.storage_gbps * GBIT)
 
 
 @dataclass(frozen=True)
@@ -480,7 +396,7 @@ class _Run:
 
 
 def scenario_step_times(instance: Instance, scenario: Scenario,
-                        costs: RunCosts = RunCosts()) -> StepTimes:
+                        costs: RunCosts = DEFAULT_COSTS) -> StepTimes:
     """The step times of plans on ``instance`` through ``scenario``, sampled as a run samples
     it: one object serves every policy's run of the same scenario (they share its steps)."""
     return StepTimes(instance.replace(trace=scenario.to_trace(instance,
@@ -488,7 +404,7 @@ def scenario_step_times(instance: Instance, scenario: Scenario,
 
 
 def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
-                 costs: RunCosts = RunCosts(), step_times: StepTimes | None = None
+                 costs: RunCosts = DEFAULT_COSTS, step_times: StepTimes | None = None
                  ) -> RunRecord:
     """The run of ``policy`` through ``scenario`` (module doc); ``step_times``: those of
     :func:`scenario_step_times` for the same instance, scenario and costs, shared with other

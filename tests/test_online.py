@@ -21,15 +21,9 @@ from formulation.costmodel import BYTES_PER_VALUE, GBIT, CostModel
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
+from formulation.run_costs import RunCosts, migration_bytes
 from formulation.scenario import Event, EventKind, Scenario, state_series
-from formulation.training_run import (
-    Replan,
-    RunCosts,
-    Trigger,
-    migration_bytes,
-    scenario_step_times,
-    simulate_run,
-)
+from formulation.training_run import Replan, Trigger, scenario_step_times, simulate_run
 from instances.scenarios import ScenarioSettings, generate_scenario
 from instances.suites import SUITES_DIR
 from solvers.parallel import map_tasks

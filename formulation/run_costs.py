@@ -1,0 +1,109 @@
+"""What a change costs a training job (:mod:`formulation.training_run`, issue 17): the costs'
+settings (:class:`RunCosts`), the state a switch moves over the WAN and how long that takes,
+and a checkpoint's pause and its write to (or read from) the store. Every byte is the memory
+model's persistent state (``PERSISTENT_BYTES_PER_PARAM`` per parameter: the weights and the
+optimizer's states, the gradients aside)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulation.costmodel import GBIT, PERSISTENT_BYTES_PER_PARAM
+from formulation.evaluator import cost_model
+from formulation.instance import Instance
+from formulation.plan import Plan
+
+
+@dataclass(frozen=True)
+class RunCosts:
+    """What changes cost a training job (defaults: a 2024 cluster, seeds/003 topic 4)."""
+
+    heartbeat_s: float = 1.0
+    """Heartbeat period of the job's ranks."""
+    missed_heartbeats: int = 3
+    """Heartbeats missed before a rank counts as failed (3 s: the seeds' response time)."""
+    restart_s: float = 60.0
+    """A cold start after an interruption: processes, communicators, data loaders."""
+    prepare_s: float = 30.0
+    """The same for a planned switch on GPUs the job is given, while the old plan trains."""
+    switch_s: float = 5.0
+    """The cut-over of a prepared switch, besides moving state."""
+    host_copy_gbps: float = 200.0
+    """Per GPU, device to host memory (a checkpoint's pause; PCIe 4 x16 is 256)."""
+    storage_gbps: float = 40.0
+    """Per domain, to and from the checkpoint store."""
+    trace_interval_s: float = 10.0
+    """Sampling of the scenario for the 1F1B simulator (bandwidth and latency)."""
+    load_notice_s: float = 120.0
+    """How long before a load change takes effect it is announced (0: not announced; AWS
+    gives two minutes before it reclaims a spot instance)."""
+
+    @property
+    def detection_s(self) -> float:
+        return self.heartbeat_s * self.missed_heartbeats
+
+
+DEFAULT_COSTS = RunCosts()
+
+RUN_COST_RANGES = {"heartbeat_s": (0.0, 3600.0), "missed_heartbeats": (1, 1000),
+                   "restart_s": (0.0, 86_400.0), "prepare_s": (0.0, 86_400.0),
+                   "switch_s": (0.0, 86_400.0), "host_copy_gbps": (1e-3, 1e6),
+                   "storage_gbps": (1e-3, 1e6), "trace_interval_s": (1e-2, 3600.0),
+                   "load_notice_s": (0.0, 86_400.0)}
+
+
+def layer_domains(plan: Plan) -> np.ndarray:
+    """The domain of every layer, in model order."""
+    return np.concatenate([np.full(stage.layers, stage.domain) for stage in plan.stages])
+
+
+def migration_bytes(instance: Instance, old: Plan, new: Plan) -> dict[tuple[int, int], float]:
+    """Bytes each directed link carries when ``old`` becomes ``new``: the weights and
+    optimizer state (``PERSISTENT_BYTES_PER_PARAM``) of every layer whose domain changes,
+    the embedding with the first stage and the LM head with the last."""
+    cm = cost_model(instance)
+    moves: dict[tuple[int, int], float] = {}
+
+    def add(source: int, target: int, params: float) -> None:
+        if source != target:
+            moves[(source, target)] = moves.get((source, target), 0.0) \
+                + params * PERSISTENT_BYTES_PER_PARAM
+
+    for source, target in zip(layer_domains(old), layer_domains(new), strict=True):
+        add(int(source), int(target), cm.layer_params)
+    add(old.stages[0].domain, new.stages[0].domain, cm.embedding_params)
+    add(old.stages[-1].domain, new.stages[-1].domain, cm.head_params)
+    return moves
+
+
+def migration_time(state: Instance, moves: dict[tuple[int, int], float]) -> float:
+    """Seconds to send ``moves`` over the WAN of ``state``, each link at its bandwidth and
+    latency then, the links in parallel."""
+    links = state.links
+    return max((size / (links.bandwidth_gbps[a, b] * GBIT) + links.latency_ms[a, b] * 1e-3
+                for (a, b), size in moves.items()), default=0.0)
+
+
+def stage_state_bytes(instance: Instance, plan: Plan) -> np.ndarray:
+    """Per stage, the persistent state bytes of its parameters (one copy): its layers, and
+    the embedding on the first stage, the LM head on the last."""
+    cm = cost_model(instance)
+    last = plan.num_stages - 1
+    return np.array([(stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last))
+                     * PERSISTENT_BYTES_PER_PARAM for j, stage in enumerate(plan.stages)])
+
+
+def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts) -> float:
+    """A checkpoint's pause: the largest per-GPU shard copied to host memory."""
+    shards = stage_state_bytes(instance, plan) / np.array([s.tp for s in plan.stages])
+    return float(shards.max()) / (costs.host_copy_gbps * GBIT)
+
+
+def storage_time(instance: Instance, plan: Plan, costs: RunCosts) -> float:
+    """Writing (or reading) a checkpoint of ``plan``: every domain its stages' state."""
+    per_domain = np.bincount([s.domain for s in plan.stages],
+                             weights=stage_state_bytes(instance, plan),
+                             minlength=instance.num_domains)
+    return float(per_domain.max()) / (costs.storage_gbps * GBIT)
