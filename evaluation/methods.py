@@ -360,10 +360,10 @@ def _exact_warm_up(options: MethodOptions) -> None:
     than a warm process does), and the online run's numbers then depend on the machine."""
     if _EXACT_WARMED_UP:
         return
-    from instances.generate import generate_instance
+    from instances.generate import warm_up_instance
 
     # no limit: a compile cut short by one leaves the rest to the first timed decision
-    _exact_replan(generate_instance(5, "7b", 0, "random"), 0, options, limit_s=None)
+    _exact_replan(warm_up_instance(), 0, options, limit_s=None)
     _EXACT_WARMED_UP.append(True)
 
 

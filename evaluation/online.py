@@ -56,7 +56,7 @@ from evaluation.report import Table, markdown, millis, number, percent, print_ta
 from evaluation.runner import add_where_arguments
 from formulation.instance import Instance
 from formulation.outputs import ResultsDirectory, output_directory, strict, write_atomic, write_json
-from formulation.run_costs import RunCosts
+from formulation.run_costs import DEFAULT_COSTS, RunCosts
 from formulation.scenario import Scenario
 from formulation.schema import (
     SEED,
@@ -259,7 +259,7 @@ def evaluate_online(args: argparse.Namespace) -> int:
         names[instance.name] = path
         scenario = Scenario.load(args.scenario, instance) if args.scenario is not None \
             else generate_scenario(instance, args.seed, ScenarioSettings(hours=args.hours))
-        costs = RunCosts()
+        costs = DEFAULT_COSTS
         try:  # the run samples the scenario every trace_interval_s
             scenario.samples(costs.trace_interval_s)
         except InputError as err:

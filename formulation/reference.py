@@ -93,7 +93,7 @@ class StepTimes:
         self.instance, self.trace = instance, instance.trace
         self._held: dict[tuple, float] = {}  # (plan, factors) -> step time
         self._traced: dict[tuple[Plan, float], float] = {}  # (plan, start) -> step time
-        self._boundaries: dict[Plan, tuple[np.ndarray, np.ndarray]] = {}
+        self._factors: dict[Plan, tuple[np.ndarray, np.ndarray]] = {}
 
     def serves(self, instance: Instance) -> bool:
         """Whether these are the step times of ``instance`` (the same instance and trace)."""
@@ -105,24 +105,25 @@ class StepTimes:
             and self.instance.replace(trace=None).content_hash() \
             == instance.replace(trace=None).content_hash()
 
-    def _wan(self, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-        """The plan's WAN boundaries as (from, to) domain arrays, both directions."""
-        if plan not in self._boundaries:
+    def _wan_factors(self, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+        """The trace's (bandwidth, latency) factors over time of the plan's WAN boundaries,
+        both directions, one column each (taken once a plan: every step reads them)."""
+        if plan not in self._factors:
             v = plan.virtual_stages
             ends = [s.domain for s in plan.stages] + ([plan.stages[0].domain] if v > 1 else [])
             pairs = {(a, z) for a, z in zip(ends[:-1], ends[1:], strict=True) if a != z}
             pairs |= {(z, a) for a, z in pairs}
             ordered = sorted(pairs)
-            self._boundaries[plan] = (np.array([a for a, _ in ordered], dtype=np.int64),
-                                      np.array([z for _, z in ordered], dtype=np.int64))
-        return self._boundaries[plan]
+            a = np.array([a for a, _ in ordered], dtype=np.int64)
+            z = np.array([z for _, z in ordered], dtype=np.int64)
+            self._factors[plan] = (self.trace.bandwidth_factor[:, a, z],
+                                   self.trace.latency_factor[:, a, z])
+        return self._factors[plan]
 
     def at(self, plan: Plan, start_s: float) -> float:
         trace = self.trace
-        a, z = self._wan(plan)
+        bandwidth, latency = self._wan_factors(plan)
         first = trace.index_at(start_s)
-        bandwidth = trace.bandwidth_factor[:, a, z]
-        latency = trace.latency_factor[:, a, z]
         key = (plan, bandwidth[first].tobytes(), latency[first].tobytes())
         held = self._held.get(key)
         if held is None:

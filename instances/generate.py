@@ -165,6 +165,12 @@ def generate_instance(domains: int, model: str, seed: int, topology: str = "rand
     return Instance.from_dict(instance.to_dict())
 
 
+def warm_up_instance() -> Instance:
+    """The small instance (K = 5, 7B) a process decides on once, untimed, before its first
+    timed decision: numba compiles or loads the DP kernels then, not within a deadline."""
+    return generate_instance(5, "7b", 0, "random")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = CliParser(
         prog="python -m instances.generate",

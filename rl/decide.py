@@ -63,7 +63,7 @@ from formulation.schema import (
     number_arg,
     run_cli,
 )
-from instances.generate import generate_instance
+from instances.generate import warm_up_instance
 from rl.env import (
     PAIR,
     InstanceCache,
@@ -93,9 +93,6 @@ MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time 
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
-# the instance of a scheduler's warm-up decision (Scheduler._warm_up): generate_instance's
-# (domains, model, seed, topology), small enough to take a few tens of milliseconds
-WARM_UP_INSTANCE = (5, "7b", 0, "random")
 _WARMED_UP: list[bool] = []  # whether this process made its warm-up decision
 
 
@@ -222,7 +219,7 @@ class Scheduler:
         second from numba's cache; the policy's first forward pass)."""
         if _WARMED_UP:  # once per process: what it loads is the process's
             return
-        self.plans(generate_instance(*WARM_UP_INSTANCE), (1.0, 0.0, 0.0), NO_BUDGETS,
+        self.plans(warm_up_instance(), (1.0, 0.0, 0.0), NO_BUDGETS,
                    DecisionSettings(lower_time=None))
         self.answers.clear()
         self.env.caches.clear()
