@@ -67,6 +67,7 @@ from instances.generate import warm_up_instance
 from rl.env import (
     PAIR,
     InstanceCache,
+    InstanceStatics,
     Multipliers,
     NoFeasiblePlan,
     NoPlanWithinBudget,
@@ -81,6 +82,7 @@ from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.sweep import COST_STEPS, SWEEP_PREFERENCES, sweep_front
 from rl.train import load_checkpoint
+from rl.warm_starts import LatestPlans
 from solvers.chain import MAX_DEADLINE_S, WORK_PER_SECOND
 from solvers.front import Front, versions
 from solvers.local_search import local_search
@@ -208,6 +210,8 @@ class Scheduler:
         # the candidates of each request answered, by instance state and request: the same
         # request is answered the same, also where the lower level ran out of time
         self.answers: dict[tuple, list[tuple[Plan, float]]] = {}
+        # the lower level's plans, which start its search on the instance's next states
+        self.latest = LatestPlans()
         torch.set_num_threads(1)
         self._warm_up()
 
@@ -222,13 +226,16 @@ class Scheduler:
         self.plans(warm_up_instance(), (1.0, 0.0, 0.0), NO_BUDGETS,
                    DecisionSettings(lower_time=None))
         self.answers.clear()
+        self.latest.clear()
         self.env.caches.clear()
         _WARMED_UP.append(True)
 
     def forget(self) -> None:
-        """Drop what earlier decisions found (the answers and the lower level's memory):
-        the next decision on any state is made cold (the evaluation scores each front so)."""
+        """Drop what earlier decisions found (the answers, the lower level's memory and
+        its latest plans): the next decision on any state is made cold (the evaluation
+        scores each front so)."""
         self.answers.clear()
+        self.latest.clear()
         forget()
 
     def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
@@ -390,13 +397,22 @@ class Scheduler:
         """The lower level's plans of candidate ``pairs`` in that order
         (:func:`rl.lower.search`: the ``first`` ones, then with ``exhaust`` every one a
         DP run cannot prove slower than the best so far), each with its value in the
-        episode reset last."""
+        episode reset last. A pair's search starts from ``hints`` (a plan per (dp,
+        micro-batch)) and from its latest plans on any state of the instance
+        (:mod:`rl.warm_starts`)."""
         env = self.env
         # in the current link state, made as the search reaches them
         tables = (env.cache.tables_at(instance, index) for index in pairs)
-        return [(placed.plan, env.score(placed.plan)[0])
-                for placed in search(tables, budgets, first, exhaust, hints, allowance)
-                if placed.plan is not None]
+        key = InstanceStatics.key(instance)
+        starts = self.latest.starts(key, budgets)
+        for pair, plan in (hints or {}).items():
+            starts[pair] = [plan] + starts.get(pair, [])
+        out = []
+        for placed in search(tables, budgets, first, exhaust, starts, allowance):
+            if placed.plan is not None:
+                self.latest.add(key, placed.plan, placed.step_time_s)
+                out.append((placed.plan, env.score(placed.plan)[0]))
+        return out
 
     def _no_plan(self, instance: Instance, budgets: Budgets, settings: DecisionSettings,
                  failure: NoFeasiblePlan, allowance: Allowance | None) -> None:

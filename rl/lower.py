@@ -13,8 +13,9 @@ within the GPU and cost budgets, exactly.
 The lower level:
 
 1. **least period** of the pair within the budgets, by bisection on the DP's feasibility
-   run, to ``PERIOD_PRECISION``; it starts from the period of a hint (the constructive
-   episode's plan, when it is of this pair) or of any plan, and from the period floors that
+   run, to ``PERIOD_PRECISION``; it starts from the period of hints (the constructive
+   episode's plan, when it is of this pair; the pair's plans on the instance's earlier
+   states, :mod:`rl.warm_starts`) or of any plan, and from the period floors that
    earlier decisions on the same instance state proved (a :class:`~solvers.chain.Chain` is
    kept per pair and state, so a warm decision or the next step of a budget sweep starts
    with a narrow interval);
@@ -75,7 +76,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from formulation.plan import Plan
@@ -354,18 +355,21 @@ def forget() -> None:
     forget_chains()
 
 
-def place(tables: PairTables, budgets: Budgets, hint: Plan | None = None,
+def place(tables: PairTables, budgets: Budgets, hints: Iterable[Plan] = (),
           precision: float = PERIOD_PRECISION, allowance: Allowance | None = None
           ) -> Placement:
-    """The lower level on one pair (module docstring), within ``allowance``."""
+    """The lower level on one pair (module docstring), within ``allowance``; ``hints``:
+    plans of the pair (of any state of the instance) that start its search where they are
+    plans of this state."""
     known = _known(tables, budgets, precision)
     if known is not None:
         return known
     runs = _Runs(tables, budgets, allowance)
     memory = runs.memory
-    choices = None if hint is None else plan_choices(tables, hint)
-    if choices is not None:
-        runs.offer(runs.chain.terms(choices))
+    for hint in hints:
+        choices = plan_choices(tables, hint)
+        if choices is not None:
+            runs.offer(runs.chain.terms(choices))
     high = runs.least_known_period()
     try:
         if high == math.inf:
@@ -423,12 +427,13 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
 
 
 def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: bool = True,
-           hints: Mapping[tuple[int, int], Plan] | None = None,
+           hints: Mapping[tuple[int, int], Sequence[Plan]] | None = None,
            allowance: Allowance | None = None) -> list[Placement]:
     """The lower level over the pairs in the upper level's order (``ranked``): it places
     the ``first`` ones; then, with ``exhaust``, each further one that :func:`beaten` cannot
     prove slower than the best plan placed so far by more than the period precision, until
-    the allowance is spent. ``hints``: a plan per (dp, micro-batch), to start that pair's search.
+    the allowance is spent. ``hints``: plans per (dp, micro-batch), to start that pair's
+    search (:func:`place`).
 
     With ``exhaust``, the pairs whose placement an earlier decision on the state already
     answers (:func:`_known`: no DP run) come first and set the bound; a ``first`` pair the
@@ -451,8 +456,9 @@ def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: 
         if exhaust and best < math.inf \
                 and beaten(tables, budgets, best * (1 - PERIOD_PRECISION), allowance):
             continue
-        hint = None if hints is None else hints.get((tables.dp, tables.micro_batch))
-        placed = place(tables, budgets, hint=hint, allowance=allowance)
+        placed = place(tables, budgets, allowance=allowance,
+                       hints=() if hints is None else hints.get((tables.dp,
+                                                                 tables.micro_batch), ()))
         placements.append(placed)
         best = min(best, placed.step_time_s)
     return placements

@@ -23,7 +23,7 @@ from rl.decide import (
     Scheduler,
     parse_weights,
 )
-from rl.env import NoPlanWithinBudget
+from rl.env import InstanceStatics, NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import Budgets
 from rl.sweep import sweep_front
@@ -110,12 +110,12 @@ def test_lower_level_adds_the_placed_plans_of_the_best_ranked_pairs(checkpoint: 
                                 settings=DecisionSettings(pairs=pairs, exhaust=False))
         assert [p for p, _ in lower] == [p for p, _ in plans[1:]]
     # where the lower level finds nothing in time, the policy's own plan
-    forget()
+    scheduler.forget()
     assert scheduler.plans(instance, (1, 0, 0),
                            settings=DecisionSettings(pairs=1, lower_time=1e-9)) == alone
     # exhaust: the pairs beyond the first are placed unless proven slower, so the best
     # placed plan is within the period precision of the best placement of every pair
-    forget()
+    scheduler.forget()
     plans = scheduler.plans(instance, (1, 0, 0),
                             settings=DecisionSettings(pairs=1, lower_time=None))
     best = min(evaluate(instance, p).objectives[0] for p, _ in plans)
@@ -186,9 +186,52 @@ def test_a_link_change_is_placed_by_the_new_links(checkpoint: Path, instance: In
     assert np.array_equal(tables.delay, next(t.delay for t in fresh if (t.dp, t.micro_batch)
                                              == (tables.dp, tables.micro_batch)))
     forget()
-    alone = Scheduler(checkpoint).plans(slow, (1, 0, 0),
-                                        settings=DecisionSettings(exhaust=False))
-    assert [p for p, _ in after] == [p for p, _ in alone]
+    cold = Scheduler(checkpoint)
+    cold.forget()
+    alone = cold.plans(slow, (1, 0, 0), settings=DecisionSettings(exhaust=False))
+    # the same pair, each placed within the period precision of its least period (the
+    # warm one started from the plan of the state before, the cold one from an open run)
+    assert [(p.dp, p.micro_batch) for p, _ in after] == [(p.dp, p.micro_batch)
+                                                         for p, _ in alone]
+    for (warm, _), (fresh, _) in zip(after, alone, strict=True):
+        ratio = evaluate(slow, warm).objectives[0] / evaluate(slow, fresh).objectives[0]
+        assert 1 / (1 + PERIOD_PRECISION) <= ratio <= 1 + PERIOD_PRECISION
+
+
+def test_a_new_state_starts_from_the_plans_placed_on_an_earlier_one(checkpoint: Path,
+                                                                     instance: Instance,
+                                                                     monkeypatch):
+    """After a change of the links or the load, each pair the lower level placed on an
+    earlier state of the instance starts from its latest plans there, re-timed by the new
+    state (kept only where they are plans of it): no open run from a first plan far above
+    the least period. ``forget`` drops them."""
+    from solvers.chain import OPEN, Chain
+
+    scheduler = Scheduler(checkpoint)
+    scheduler.forget()
+    first = scheduler.plans(instance, (1, 0, 0), settings=DecisionSettings(exhaust=False))
+    placed = {(p.dp, p.micro_batch) for p, _ in first}
+    assert placed and scheduler.latest.pairs(InstanceStatics.key(instance)) == placed
+    runs = []
+    run = Chain.run
+    monkeypatch.setattr(Chain, "run", lambda self, caps, period, *args, **kwargs: (
+        runs.append(((self.tables.dp, self.tables.micro_batch), period)),
+        run(self, caps, period, *args, **kwargs))[1])
+    used = {stage.domain for plan, _ in first for stage in plan.stages}
+    load = np.array([f if k in used else f // 2 for k, f in enumerate(instance.free_gpus)])
+    for state in (instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps * 0.7),
+                  instance.with_link_state(free_gpus=load)):  # the earlier plans still fit
+        runs.clear()
+        after = scheduler.plans(state, (1, 0, 0), settings=DecisionSettings(exhaust=False))
+        assert runs and all(evaluate(state, p).feasible for p, _ in after)
+        assert not [pair for pair, period in runs if pair in placed and period == OPEN]
+    scheduler.forget()
+    assert not scheduler.latest.pairs(InstanceStatics.key(instance))
+    runs.clear()
+    scheduler.plans(instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps
+                                             * 0.6), (1, 0, 0),
+                    settings=DecisionSettings(exhaust=False))
+    assert [period for _, period in runs][:1] == [OPEN]  # cold: from an open run
 
 
 def test_front_is_a_budget_sweep(checkpoint: Path, instance: Instance):

@@ -137,7 +137,7 @@ def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
     tables = {(t.dp, t.micro_batch): t for t in all_pair_tables(instance)}
     hint = front.points[0].plan
     pair = tables[(hint.dp, hint.micro_batch)]
-    placed = place(pair, Budgets(), hint=hint)
+    placed = place(pair, Budgets(), hints=[hint])
     assert placed.step_time_s <= front.points[0].objectives[0] * (1 + 1e-9)
     nothing = place(pair, Budgets(gpus=1))
     assert nothing.plan is None and nothing.step_time_s == float("inf")
@@ -182,7 +182,7 @@ def test_a_deadline_stops_the_runs_and_keeps_the_hint():
     pair = all_pair_tables(instance)[0]
     full = place(pair, Budgets())
     forget()  # cold again: nothing remembered
-    late = place(pair, Budgets(), hint=full.plan,
+    late = place(pair, Budgets(), hints=[full.plan],
                  allowance=Allowance(deadline=time.perf_counter() - 1))
     assert late.runs == 0 and late.plan == full.plan  # no run, the hint kept
     forget()  # without a hint or a plan remembered, nothing
@@ -216,7 +216,7 @@ def test_a_placement_out_of_time_keeps_the_best_plan_earlier_ones_found_within_i
 
     memory = _MEMORY[pair]
     size = len(memory.plans)
-    place(pair, Budgets(gpus=gpus), hint=free.plan,
+    place(pair, Budgets(gpus=gpus), hints=[free.plan],
           allowance=Allowance(time.perf_counter() - 1))
     assert len(memory.plans) == size == len(memory.known)
     assert len({tuple(sorted(t.choices.items())) for t in memory.plans}) == size
