@@ -404,7 +404,7 @@ class Scheduler:
         # in the current link state, made as the search reaches them
         tables = (env.cache.tables_at(instance, index) for index in pairs)
         key = InstanceStatics.key(instance)
-        starts = self.latest.starts(key, budgets)
+        starts = self.latest.starts(key, budgets, instance.free_gpus)
         for pair, plan in (hints or {}).items():
             starts[pair] = [plan] + starts.get(pair, [])
         out = []

@@ -161,9 +161,13 @@ class InstanceStatics:
 
     @staticmethod
     def key(instance: Instance) -> tuple:
-        return (instance.name, tuple(d.gpus for d in instance.domains), instance.model.name,
+        """All of the instance but its load (free GPUs) and its links' bandwidth and
+        latency: the GPU and model specs too, so that two instances of one name differ."""
+        return (instance.name, instance.gpu, instance.model,
+                tuple((d.name, d.gpus, d.intra_bandwidth_gbps, d.intra_latency_ms)
+                      for d in instance.domains),
                 instance.search, instance.constraints, instance.training,
-                instance.links.price_per_gb.tobytes())
+                instance.links.price_per_gb.tobytes(), instance.links.eps)
 
 
 class InstanceCache:

@@ -28,7 +28,10 @@ search that finds one in milliseconds at most periods above the least), and only
 dive finds none does the label DP decide. Before the bisection, dives alone descend from the
 first plan's period in steps of 5 % then 1 % until a few in a row find none (:meth:`_Runs
 .descend`), so that the bisection starts near where dives stop finding plans and a
-placement cut short holds a plan of that period, not of the first.
+placement cut short holds a plan of that period, not of the first. Where no plan is known,
+the first comes from dives at a few multiples of the compute floor (:func:`compute_floor`:
+the least compute over the most stages, which no period is below) before a run at an open
+period; the bisection's lower end is that floor where no larger one is proven.
 
 The step time is ``(m - 1) P + S + A + O``; step 1 and 2 minimise the first two terms, the
 largest ones. What it leaves to the exact engine's branch and bound is the trade of a
@@ -118,6 +121,12 @@ DESCENT_STRIDE_MAX = 0.4
 # worse (scratch comparison), and since the tables were made several times faster a
 # table costs about what a dive does (the full suite's K = 12-20 coverage, 81.3 % with
 # them, 81.9-84.7 % without in two runs, moves as much from run to run)
+# Where no plan is known, dives at these multiples of the compute floor (compute_floor)
+# look for a first plan before a run at an open period does: the open run's dive orders by
+# the relaxed sum of stage times, and its plan's period was several times the least (6.7x
+# on a generated K = 20 70B pair), where these found one within 1.25-1.5x (scratch count);
+# a dive at a high period costs several times one at a low one (larger layer caps)
+OPENING_DIVES = (1.5, 3.0, 6.0)
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
 
 
@@ -259,6 +268,29 @@ class _Runs:
             self.found.append(terms)
         return None
 
+    def dive(self, period: float) -> Terms | None:
+        """A plan within the budgets with period at most ``period`` from one dive
+        (:meth:`solvers.chain.Chain.dive`, charged to the allowance), or None."""
+        if self.allowance is not None and self.allowance.spent():
+            raise OutOfTime
+        before = self.chain.work
+        found = self.chain.dive(self.caps(), period)
+        if self.allowance is not None:
+            self.allowance.charge(self.chain.work - before)
+        return found if found is not None and self.offer(found) is None else None
+
+    def opening(self) -> float:
+        """The period of a first plan from dives at ``OPENING_DIVES`` times the compute
+        floor (:func:`compute_floor`), the lowest first (inf where none finds one)."""
+        floor = compute_floor(self.chain.tables, self.gpus)
+        if not 0 < floor < math.inf:
+            return math.inf
+        for factor in OPENING_DIVES:
+            found = self.dive(floor * factor)
+            if found is not None:
+                return found.period
+        return math.inf
+
     def descend(self, high: float) -> float:
         """The least period of the plans that dives (:meth:`solvers.chain.Chain.dive`) find
         at periods a step below the last one tried, starting below ``high``: after a plan,
@@ -268,20 +300,14 @@ class _Runs:
         ``DESCENT_MISSES`` dives in a row at the step that find none (which
         proves nothing), again below the last plan's with the next of ``DESCENT_STEPS``;
         ``DESCENT_DIVES`` dives at most."""
-        chain = self.chain
         dives = 0
         for step in DESCENT_STEPS:
             tried, misses, stride = high, 0, step
             while misses < DESCENT_MISSES and dives < DESCENT_DIVES:
-                if self.allowance is not None and self.allowance.spent():
-                    raise OutOfTime
-                before = chain.work
                 tried *= 1 - stride
-                found = chain.dive(self.caps(), tried)
+                found = self.dive(tried)
                 dives += 1
-                if self.allowance is not None:
-                    self.allowance.charge(chain.work - before)
-                if found is None or self.offer(found) is not None:
+                if found is None:
                     if stride > step:  # back to the step, below the last plan
                         tried, stride = high, step
                     else:
@@ -295,8 +321,10 @@ class _Runs:
         return high
 
     def floor(self) -> float:
-        """The largest period floor proven for the plans within these budgets."""
-        return self.chain.plans_period_floor(self.gpus, self.cost)
+        """The largest period floor proven for the plans within these budgets, or the
+        compute's (:func:`compute_floor`) where that is larger."""
+        return max(self.chain.plans_period_floor(self.gpus, self.cost),
+                   compute_floor(self.chain.tables, self.gpus))
 
     def cut_below(self, high: float, precision: float) -> float:
         """The largest period below ``high`` at which a feasibility run under these
@@ -368,10 +396,12 @@ def place(tables: PairTables, budgets: Budgets, hints: Iterable[Plan] = (),
     memory = runs.memory
     for hint in hints:
         choices = plan_choices(tables, hint)
-        if choices is not None:
+        if choices is not None and _holds_the_model(tables, choices):
             runs.offer(runs.chain.terms(choices))
     high = runs.least_known_period()
     try:
+        if high == math.inf:
+            high = runs.opening()
         if high == math.inf:
             found = runs.at(OPEN, True)
             if found is None:
@@ -403,13 +433,10 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
     ``(step_time - sum c) / (m - 1)``, and one feasibility run (or a floor already proven)
     tells whether there is one. False where it cannot tell in time."""
     t = tables
-    least_compute = (t.layers * float(t.layer_time.min()) + float(t.first_time.min())
-                     + float(t.last_time.min()))
+    least_compute, stages = _least_compute(t, budgets.gpus)
     # no DP run where the compute alone settles it: the period is at least the mean stage
-    # compute sum c / S (the window over all stages), so a plan's step time is at least
-    # sum c (1 + (m - 1) / S), with S at most the positions and what the GPUs allow
-    gpus = min(float(t.free_gpus.sum()), math.inf if budgets.gpus is None else budgets.gpus)
-    stages = min(t.positions, int(gpus // int(t.gpus.min())))
+    # compute sum c / S (compute_floor), so a plan's step time is at least
+    # sum c (1 + (m - 1) / S)
     if stages < 1 or least_compute * (1 + (t.micro_batches - 1) / stages) >= step_time:
         return True
     if t.micro_batches == 1:
@@ -424,6 +451,39 @@ def beaten(tables: PairTables, budgets: Budgets, step_time: float,
         return runs.at(period, True) is None
     except (LabelBudgetExceeded, OutOfTime):
         return False
+
+
+def _holds_the_model(tables: PairTables, choices: dict) -> bool:
+    """Whether stage choices (a hint's, from another state or the policy) hold the model's
+    layers, each stage at least one and within its memory cap: the DP's own plans do by
+    construction, :meth:`_Runs.offer` checks the GPUs and the share cap."""
+    t, first = tables, max(choices)
+    return sum(c.layers for c in choices.values()) == t.layers and all(
+        1 <= c.layers <= (t.layer_cap_first if p == first else t.layer_cap)[p, c.option]
+        for p, c in choices.items())
+
+
+def _least_compute(tables: PairTables, gpu_cap: float | None) -> tuple[float, int]:
+    """(the least compute ``sum c`` of a plan of the pair, the most stages ``S`` a plan
+    within ``gpu_cap`` has: the positions, and what the GPUs allow)."""
+    t = tables
+    least = (t.layers * float(t.layer_time.min()) + float(t.first_time.min())
+             + float(t.last_time.min()))
+    gpus = min(float(t.free_gpus.sum()), math.inf if gpu_cap is None else gpu_cap)
+    return least, min(t.positions, int(gpus // int(t.gpus.min())))
+
+
+def compute_floor(tables: PairTables, gpu_cap: float | None) -> float:
+    """A floor on the 1F1B period of the pair's plans within ``gpu_cap``, from the compute
+    alone: a period is at least its window over all stages, ``(sum c + 2 sum delta) / S``,
+    so at least the least ``sum c`` over the most stages. On the generated K = 20 70B
+    instances it is within 2 % of most pairs' least period (within 20-70 % of the others'),
+    where a bisection from 0 spent most of its runs far below (scratch count); 0 for an
+    interleaved pair, whose period is the schedule graph's."""
+    if tables.interleaved:
+        return 0.0
+    least, stages = _least_compute(tables, gpu_cap)
+    return least / stages if stages >= 1 else math.inf
 
 
 def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: bool = True,

@@ -11,15 +11,16 @@ instances a decision after a bandwidth change took 38.9 ms at the median cold, 2
 started (README: ``scripts/bench_hippo.py``). What a placement proves (its period floors)
 is not carried: it holds for its own state only.
 
-An instance is its :meth:`rl.env.InstanceStatics.key` (name, domains' GPUs, model, search
-space, constraints, prices): every state of it, whatever its free GPUs and links, shares
-its plans' encoding.
+An instance is its :meth:`rl.env.InstanceStatics.key` (all of it but the free GPUs and the
+links' bandwidth and latency): every state of it shares its plans' encoding.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
+
+import numpy as np
 
 from formulation.plan import Plan
 from rl.masks import Budgets
@@ -48,14 +49,16 @@ class LatestPlans:
         """The pairs that have plans kept for ``instance``."""
         return set(self._plans.get(instance, {}))
 
-    def starts(self, instance: Hashable, budgets: Budgets) -> dict[Pair, list[Plan]]:
+    def starts(self, instance: Hashable, budgets: Budgets, free_gpus: np.ndarray
+               ) -> dict[Pair, list[Plan]]:
         """Per pair, the ``OFFERED`` fastest plans kept for ``instance`` within the GPU
-        budget (whether they are plans of the state, and within its cost budget, the lower
-        level checks: a load change may have taken their GPUs)."""
+        budget and the state's free GPUs of each domain (whether they are plans of the
+        state in all else, and within its cost budget, the lower level checks)."""
         out = {}
         for pair, kept in self._plans.get(instance, {}).items():
             within = [(time, plan) for plan, time in kept
-                      if budgets.gpus is None or plan.gpus() <= budgets.gpus]
+                      if (budgets.gpus is None or plan.gpus() <= budgets.gpus)
+                      and (plan.gpus_by_domain(len(free_gpus)) <= free_gpus).all()]
             within.sort(key=lambda item: item[0])  # stable: the latest first among equals
             if within:
                 out[pair] = [plan for _, plan in within[:OFFERED]]

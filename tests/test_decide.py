@@ -203,35 +203,50 @@ def test_a_new_state_starts_from_the_plans_placed_on_an_earlier_one(checkpoint: 
                                                                      monkeypatch):
     """After a change of the links or the load, each pair the lower level placed on an
     earlier state of the instance starts from its latest plans there, re-timed by the new
-    state (kept only where they are plans of it): no open run from a first plan far above
-    the least period. ``forget`` drops them."""
-    from solvers.chain import OPEN, Chain
+    state: no first plan is looked for (:meth:`rl.lower._Runs.opening`, then an open run).
+    A kept plan that is no plan of the new state (the load took its GPUs) or not within
+    the request's budgets is not returned. ``forget`` drops them."""
+    import rl.lower
 
     scheduler = Scheduler(checkpoint)
     scheduler.forget()
-    first = scheduler.plans(instance, (1, 0, 0), settings=DecisionSettings(exhaust=False))
+    settings = DecisionSettings(exhaust=False)
+    first = scheduler.plans(instance, (1, 0, 0), settings=settings)
     placed = {(p.dp, p.micro_batch) for p, _ in first}
     assert placed and scheduler.latest.pairs(InstanceStatics.key(instance)) == placed
-    runs = []
-    run = Chain.run
-    monkeypatch.setattr(Chain, "run", lambda self, caps, period, *args, **kwargs: (
-        runs.append(((self.tables.dp, self.tables.micro_batch), period)),
-        run(self, caps, period, *args, **kwargs))[1])
+    opened = []
+    opening = rl.lower._Runs.opening
+    monkeypatch.setattr(rl.lower._Runs, "opening", lambda self: (
+        opened.append((self.chain.tables.dp, self.chain.tables.micro_batch)),
+        opening(self))[1])
     used = {stage.domain for plan, _ in first for stage in plan.stages}
     load = np.array([f if k in used else f // 2 for k, f in enumerate(instance.free_gpus)])
     for state in (instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps * 0.7),
                   instance.with_link_state(free_gpus=load)):  # the earlier plans still fit
-        runs.clear()
-        after = scheduler.plans(state, (1, 0, 0), settings=DecisionSettings(exhaust=False))
-        assert runs and all(evaluate(state, p).feasible for p, _ in after)
-        assert not [pair for pair, period in runs if pair in placed and period == OPEN]
+        opened.clear()
+        after = scheduler.plans(state, (1, 0, 0), settings=settings)
+        assert all(evaluate(state, p).feasible for p, _ in after)
+        assert not placed & set(opened)
+    # the load takes every GPU of a domain the plans use; a cost budget below theirs
+    taken = instance.free_gpus.copy()
+    taken[first[0][0].stages[0].domain] = 0
+    cost = 0.5 * min(evaluate(instance, p).objectives[2] for p, _ in first)
+    for state, budgets in ((instance.with_link_state(free_gpus=taken), Budgets()),
+                           (instance, Budgets(cost=cost))):
+        try:
+            after = scheduler.plans(state, (1, 0, 0), budgets, settings)
+        except NoPlanWithinBudget:
+            continue
+        for plan, _ in after:
+            result = evaluate(state, plan)
+            assert result.feasible and plan != first[0][0]
+            assert budgets.cost is None or result.objectives[2] <= cost * (1 + 1e-9)
     scheduler.forget()
     assert not scheduler.latest.pairs(InstanceStatics.key(instance))
-    runs.clear()
+    opened.clear()
     scheduler.plans(instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps
-                                             * 0.6), (1, 0, 0),
-                    settings=DecisionSettings(exhaust=False))
-    assert [period for _, period in runs][:1] == [OPEN]  # cold: from an open run
+                                             * 0.6), (1, 0, 0), settings=settings)
+    assert opened  # cold: a first plan looked for
 
 
 def test_front_is_a_budget_sweep(checkpoint: Path, instance: Instance):

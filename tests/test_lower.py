@@ -143,6 +143,47 @@ def test_a_hint_within_the_budgets_is_never_lost_and_no_plan_is_none():
     assert nothing.plan is None and nothing.step_time_s == float("inf")
 
 
+def test_a_hint_that_is_no_plan_of_the_state_is_not_kept():
+    """A hint (from another state, or the policy) is offered only where it holds the
+    model's layers within each stage's memory cap: placed plans made faster by dropping a
+    stage's recompute or moving a layer, over memory, are not returned (they were, before
+    the check: aws-10-k5 70B, dp 2)."""
+    import dataclasses
+
+    tried = 0
+    for path in QUICK:
+        instance = Instance.load(path)
+        for pair in all_pair_tables(instance):
+            forget()
+            plan = place(pair, Budgets()).plan
+            if plan is None:
+                continue
+            step_time = evaluate(instance, plan).objectives[0]
+            stages = plan.stages
+            variants = [stages[:j] + (dataclasses.replace(s, recompute="none"),) + stages[j + 1:]
+                        for j, s in enumerate(stages) if s.recompute != "none"]
+            for j, k in ((j, k) for j in range(len(stages)) for k in range(len(stages))
+                         if j != k and stages[k].layers > 1):
+                moved = list(stages)
+                moved[j] = dataclasses.replace(stages[j], layers=stages[j].layers + 1)
+                moved[k] = dataclasses.replace(stages[k], layers=stages[k].layers - 1)
+                variants.append(tuple(moved))
+            for variant in variants:
+                hint = dataclasses.replace(plan, stages=variant)
+                result = evaluate(instance, hint)
+                if result.feasible or result.objectives[0] >= step_time:
+                    continue
+                forget()
+                assert place(pair, Budgets(), hints=[hint]).plan != hint
+                tried += 1
+    assert tried > 0
+    forget()  # a hint that is a plan is kept
+    pair = all_pair_tables(Instance.load(QUICK[0]))[0]
+    plan = place(pair, Budgets()).plan
+    forget()
+    assert place(pair, Budgets(), hints=[plan], allowance=Allowance(work=1)).plan == plan
+
+
 def test_a_placement_is_reused_where_it_fits_tighter_budgets():
     instance = Instance.load(QUICK[1])
     pair = all_pair_tables(instance)[0]
@@ -223,6 +264,62 @@ def test_a_placement_out_of_time_keeps_the_best_plan_earlier_ones_found_within_i
     forget()
     assert place(pair, Budgets(gpus=gpus), allowance=Allowance(time.perf_counter() - 1)
                  ).plan is None
+
+
+@pytest.mark.parametrize("suite", ["quick", "bench"])
+def test_the_compute_floor_is_below_every_exact_points_period(suite):
+    """``compute_floor`` is a floor: no plan of the committed exact fronts has a 1F1B period
+    below it at its own GPU count (the bisection starts there), and it is no mere 0."""
+    from rl.lower import compute_floor
+
+    tight = 0
+    for front_path in sorted((FRONTS_DIR / suite).glob("*.front.json")):
+        instance = Instance.load(SUITES_DIR / suite / front_path.name.replace(".front", ""))
+        front = Front.load(front_path, instance)
+        pairs = {(t.dp, t.micro_batch, t.virtual_stages): t for t in all_pair_tables(instance)}
+        for point in front.points:
+            plan = point.plan
+            pair = pairs[(plan.dp, plan.micro_batch, plan.virtual_stages)]
+            period = chain_of(pair).terms(plan_choices(pair, plan)).period
+            floor = compute_floor(pair, plan.gpus())
+            assert floor <= period * (1 + 1e-12)
+            tight += floor >= 0.5 * period
+    assert tight > 0
+
+
+def test_a_first_plan_comes_from_dives_at_the_compute_floor_before_an_open_run(monkeypatch):
+    """Where no plan is known, dives at ``OPENING_DIVES`` times the compute floor look for
+    a first plan, the lowest first; only where none finds one does a run at an open
+    period (whose plan's period can be several times the least) start the descent."""
+    import rl.lower as lower
+    from rl.lower import OPENING_DIVES, compute_floor
+    from solvers.chain import OPEN, Chain, LabelBudgetExceeded
+
+    instance = Instance.load(SUITES_DIR / "full" / f"{FULL_70B[0]}.json")
+    pair = {(t.dp, t.micro_batch): t for t in all_pair_tables(instance)}[(4, 1)]
+    floor = compute_floor(pair, None)
+    dives, runs = [], []
+    dive, run = Chain.dive, Chain.run
+    monkeypatch.setattr(Chain, "dive", lambda self, caps, period, *args, **kwargs: (
+        dives.append(period), dive(self, caps, period, *args, **kwargs))[1])
+    monkeypatch.setattr(Chain, "run", lambda self, caps, period, *args, **kwargs: (
+        runs.append(period), run(self, caps, period, *args, **kwargs))[1])
+    forget()
+    runs_ = lower._Runs(pair, Budgets(), None)
+    first = runs_.opening()
+    assert dives[0] == pytest.approx(OPENING_DIVES[0] * floor, rel=1e-12)
+    assert floor < first <= dives[-1] and not runs
+    dives.clear()
+    monkeypatch.setattr(lower, "OPENING_DIVES", (0.5,))  # below the floor: none found
+
+    def stop(self, caps, period, *args, **kwargs):  # the first run is all this asks
+        runs.append(period)
+        raise LabelBudgetExceeded
+
+    monkeypatch.setattr(Chain, "run", stop)
+    forget()
+    assert place(pair, Budgets()).plan is None
+    assert dives == pytest.approx([0.5 * floor], rel=1e-12) and runs == [OPEN]
 
 
 @pytest.mark.parametrize("path", QUICK[:3], ids=lambda p: p.stem)
@@ -460,7 +557,7 @@ def test_each_placement_tracks_only_the_domains_its_own_plans_overused():
     """Domains another placement's relaxed plans overused are not tracked by a new one
     (tracking multiplies the labels), and a period floor proven while tracking domains
     still bounds it (every relaxation holds every plan)."""
-    from rl.lower import _Runs
+    from rl.lower import _Runs, compute_floor
     from solvers.chain import Caps
 
     instance = Instance.load(QUICK[0])
@@ -470,7 +567,7 @@ def test_each_placement_tracks_only_the_domains_its_own_plans_overused():
     chain.critical.add(0)
     runs = _Runs(pair, Budgets(gpus=64), None)
     assert runs.caps().critical == frozenset()
-    assert runs.floor() == 0.0
+    assert runs.floor() == compute_floor(pair, runs.gpus) < 2.5  # no floor proven yet
     chain.period_floors.append((Caps(64, float("inf"), frozenset({0, 1})), 2.5))
     chain.period_floors.append((Caps(32, float("inf"), frozenset()), 9.0))  # tighter GPUs
     assert runs.floor() == 2.5
