@@ -480,6 +480,9 @@ class Scheduler:
         budget steps down below each decision's plan, and at each GPU level up to
         ``cost_steps`` cost budgets below its plan's cost."""
         start = time.perf_counter()
+        # plans kept from earlier states start the sweep's first placements (README): a
+        # front made so is not a cold one, and says so
+        kept = sorted(self.latest.pairs(InstanceStatics.key(instance)))
         plans, decisions = sweep_front(
             lambda w, budgets: self.plans(instance, w, budgets, settings),
             lambda plan: float(evaluate_plans(instance, [plan]).comm_cost[0]),
@@ -492,7 +495,8 @@ class Scheduler:
                                            "cost_steps": cost_steps,
                                            "preferences": [list(w) for w in preferences]},
                             "wall_time_s": round(time.perf_counter() - start, 4),
-                            "decisions": decisions}
+                            "decisions": decisions,
+                            "kept_plans_of_pairs": [list(pair) for pair in kept]}
         return front
 
 

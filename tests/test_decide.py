@@ -241,8 +241,13 @@ def test_a_new_state_starts_from_the_plans_placed_on_an_earlier_one(checkpoint: 
             result = evaluate(state, plan)
             assert result.feasible and plan != first[0][0]
             assert budgets.cost is None or result.objectives[2] <= cost * (1 + 1e-9)
+    warm = scheduler.front(instance, settings=settings)  # its provenance says so
+    assert warm.provenance["kept_plans_of_pairs"] and placed <= {
+        tuple(pair) for pair in warm.provenance["kept_plans_of_pairs"]}
     scheduler.forget()
     assert not scheduler.latest.pairs(InstanceStatics.key(instance))
+    assert scheduler.front(instance, settings=settings).provenance["kept_plans_of_pairs"] == []
+    scheduler.forget()
     opened.clear()
     scheduler.plans(instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps
                                              * 0.6), (1, 0, 0), settings=settings)
