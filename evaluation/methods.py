@@ -38,7 +38,7 @@ from formulation.plan import Plan
 from formulation.schema import InputError, integer_arg, number_arg
 from solvers.baselines import METHODS as BASELINES
 from solvers.baselines import GaSettings, baseline_front
-from solvers.chain import MAX_DEADLINE_S
+from solvers.chain import MAX_DEADLINE_S, MAX_WORK, WORK_PER_SECOND
 from solvers.front import Front
 from solvers.nsga2 import Nsga2Settings, nsga2_front
 
@@ -201,6 +201,10 @@ class HippoOptions(MethodOptions):
     """(dp, micro-batch) pairs the lower level places per decision."""
     lower_time: float | None = None
     """Seconds the lower level may take per decision."""
+    lower_work: int | None = None
+    """Units of DP work the lower level may spend per decision: counted, not timed, so that
+    a front is the same on any machine and under any load; alone, it lifts the time
+    limit."""
     exhaust: bool | None = None
     """The lower level also places every further pair a DP run cannot prove slower."""
     policy_plan: bool | None = None
@@ -216,8 +220,12 @@ class HippoOptions(MethodOptions):
 
     def decision_settings(self) -> dict:
         """The fields of :class:`rl.decide.DecisionSettings` these options set."""
-        names = ("pairs", "lower_time", "exhaust", "policy_plan", "samples", "polish", "starts")
-        return {name: value for name in names if (value := getattr(self, name)) is not None}
+        names = ("pairs", "lower_time", "lower_work", "exhaust", "policy_plan", "samples",
+                 "polish", "starts")
+        settings = {name: value for name in names if (value := getattr(self, name)) is not None}
+        if self.lower_work is not None and self.lower_time is None:
+            settings["lower_time"] = None  # the counted limit alone, as rl.decide's
+        return settings
 
     def inputs(self) -> list[Path]:
         return [] if self.checkpoint is None else [Path(self.checkpoint)]
@@ -232,6 +240,12 @@ class HippoOptions(MethodOptions):
                             help="Hi-PPO: seconds from a decision's start until which the "
                                  "lower level may run "
                                  "(default: rl.decide's)")
+        parser.add_argument("--hippo-lower-work", type=integer_arg(1, MAX_WORK), default=None,
+                            metavar="UNITS",
+                            help="Hi-PPO: units of DP work the lower level may spend per "
+                                 f"decision ({WORK_PER_SECOND:,} about a second here): "
+                                 "counted, so that the fronts are the same on any machine; "
+                                 "alone, no time limit")
         parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
                             default=None,
                             help="Hi-PPO: the lower level also places every further pair a "
@@ -256,7 +270,8 @@ class HippoOptions(MethodOptions):
             raise InputError(f"--checkpoint: no such file {str(args.checkpoint)!r}")
         return cls(checkpoint=None if args.checkpoint is None else str(args.checkpoint),
                    pairs=args.hippo_pairs, lower_time=args.hippo_lower_time,
-                   exhaust=args.hippo_exhaust, policy_plan=args.hippo_policy_plan,
+                   lower_work=args.hippo_lower_work, exhaust=args.hippo_exhaust,
+                   policy_plan=args.hippo_policy_plan,
                    samples=args.hippo_samples, polish=args.hippo_polish,
                    starts=args.hippo_starts)
 
@@ -399,7 +414,6 @@ def _hippo_replan(instance: Instance, seed: int, options: HippoOptions) -> Plan 
     from formulation.evaluator import evaluate_plans
     from rl.decide import DecisionSettings
     from rl.env import NoFeasiblePlan
-    from solvers.chain import WORK_PER_SECOND
 
     scheduler = _hippo_scheduler(options)
     settings = DecisionSettings(**{**options.decision_settings(), "seed": seed,

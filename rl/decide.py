@@ -83,7 +83,7 @@ from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.sweep import COST_STEPS, SWEEP_PREFERENCES, sweep_front
 from rl.train import load_checkpoint
 from rl.warm_starts import LatestPlans
-from solvers.chain import MAX_DEADLINE_S, WORK_PER_SECOND
+from solvers.chain import MAX_DEADLINE_S, MAX_WORK, WORK_PER_SECOND
 from solvers.front import Front, versions
 from solvers.local_search import local_search
 
@@ -91,7 +91,6 @@ DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "hi_ppo.p
 # bounds on a decision's work: each sampled episode holds its environment in memory
 MAX_SAMPLES = 1024
 MAX_POLISH = 1000
-MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time allowed
 MAX_PAIRS = 10_000  # (dp, micro-batch) pairs: far more than any search space holds
 MAX_BUDGET_GPUS = 2 ** 40  # a GPU budget above every instance's GPUs is no budget
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)

@@ -48,6 +48,7 @@ UNLIMITED_WORK = 2 ** 62
 # same script before they counted).
 WORK_PER_SECOND = 7_000_000
 MAX_DEADLINE_S = 3600.0  # the longest time a caller may give DP runs (its work stays an int)
+MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time allowed
 # Candidates a feasibility run's dive (solvers.label_kernels.probe) may try before the label
 # DP decides: a few milliseconds, against the hundreds to thousands a DP run that finds a
 # plan takes on the full search space's K = 20 instances. A dive's candidate costs less

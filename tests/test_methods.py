@@ -115,3 +115,44 @@ def test_the_exact_planner_warms_up_before_its_first_timed_decision():
         "from evaluation.replanning import Planner\n"
         "Planner('exact', METHODS['exact'].options_type())")
     assert not any(before) and all(after)
+
+
+def test_a_counted_lower_level_limit_replaces_the_time_limit():
+    """``--hippo-lower-work`` alone lifts rl.decide's time limit (a counted limit, so the
+    fronts do not depend on the machine); with ``--hippo-lower-time`` both hold."""
+    alone = options_from_args(_parse("--hippo-lower-work", "5000"))["hippo"]
+    assert alone.decision_settings()["lower_work"] == 5000
+    assert alone.decision_settings()["lower_time"] is None
+    both = options_from_args(_parse("--hippo-lower-work", "5000", "--hippo-lower-time",
+                                    "0.5"))["hippo"]
+    assert (both.decision_settings()["lower_work"],
+            both.decision_settings()["lower_time"]) == (5000, 0.5)
+    assert "lower_work" not in default_options()["hippo"].decision_settings()
+
+
+def test_a_front_under_a_counted_limit_is_the_same_front_under_any_load():
+    """The same Hi-PPO front twice under a DP work limit small enough to stop its searches,
+    the second time with the process slowed by a busy thread: the same points."""
+    import threading
+
+    from formulation.instance import Instance
+    from instances.suites import SUITES_DIR
+
+    instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
+    options = HippoOptions(lower_work=20_000, lower_time=None)
+    hippo = METHODS["hippo"]
+
+    def points() -> list:
+        run = hippo.run(instance, 0, None, options, ((1.0, 0.0, 0.0),))
+        return sorted(point.objectives for point in run.front.points)
+
+    first = points()
+    stop = threading.Event()
+    busy = threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(stop.is_set, True)])
+    busy.start()
+    try:
+        again = points()
+    finally:
+        stop.set()
+        busy.join()
+    assert first and first == again
