@@ -104,6 +104,10 @@ class Method:
     """The time an online run charges for one of its re-planning decisions (given its
     options, if callable): a bound it is held to, so that a run does not depend on the
     machine; its measured times are reported apart."""
+    replan_fixed: tuple[str, ...] = ()
+    """Flags of its options that its re-plans do not read, because they hold the decision
+    to ``decision_bound_s`` themselves (Hi-PPO's lower-level limits): an online run
+    refuses them rather than ignore them (:func:`check_replan_flags`)."""
 
     def is_seeded(self, options: Any) -> bool:
         return self.seeded(options) if callable(self.seeded) else self.seeded
@@ -465,13 +469,15 @@ register(Method(
     "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets at each "
     "GPU level) and one plan per suite preference (rl.decide); each decision: the lower "
     "level's plans (exact DP) for the --hippo-pairs pairs the policy ranks first, then, in "
-    "its order within --hippo-lower-time, every pair a DP run cannot prove slower, and the "
+    "its order within --hippo-lower-time (or --hippo-lower-work units of DP work), every "
+    "pair a DP run cannot prove slower, and the "
     "policy's own plan where the lower level finds none or runs out of time (always with "
     "--hippo-policy-plan); --hippo-samples adds sampled plans, --hippo-polish their "
     "local-search optima",
     _hippo, HippoOptions, seeded=lambda options: options.samples > 0,
     unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler,
-    decision_bound_s=HIPPO_REPLAN_BOUND_S))
+    decision_bound_s=HIPPO_REPLAN_BOUND_S,
+    replan_fixed=("--hippo-lower-time", "--hippo-lower-work")))
 
 ALL_METHODS = list(METHODS)
 
@@ -509,6 +515,19 @@ def check_method_flags(args: argparse.Namespace, used: list[str]) -> None:
                              and value is False), action.option_strings[0])
                 raise InputError(f"{flag}: an option of {' and '.join(owners)}, which "
                                  "this run does not use")
+
+
+def check_replan_flags(args: argparse.Namespace, planners: list[str]) -> None:
+    """Refuses a flag that the re-plans of a method in ``planners`` do not read
+    (:attr:`Method.replan_fixed`): it would be ignored in silence."""
+    for name in dict.fromkeys(planners):
+        method = METHODS[name]
+        for flag in method.replan_fixed:
+            if getattr(args, flag.removeprefix("--").replace("-", "_"), None) is not None:
+                raise InputError(f"{flag}: {name}'s online re-plans set this limit "
+                                 "themselves (the DP work of their decision bound), so the "
+                                 "flag would be ignored; it is for python -m "
+                                 "evaluation.pareto_coverage")
 
 
 def unavailable_methods(options: dict[str, MethodOptions]) -> dict[str, str]:

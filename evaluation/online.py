@@ -40,6 +40,7 @@ from evaluation.methods import (
     Nsga2Options,
     add_method_arguments,
     check_method_flags,
+    check_replan_flags,
     options_from_args,
     unavailable_methods,
 )
@@ -239,6 +240,7 @@ def evaluate_online(args: argparse.Namespace) -> int:
         options["nsga2"] = ONLINE_NSGA2
     policies = _policies(args, unavailable_methods(options))
     check_method_flags(args, [REFERENCE, *(planner for _, planner in policies)])
+    check_replan_flags(args, [planner for _, planner in policies])
     option_inputs = [path for o in options.values() for path in o.inputs()]
     asked = Path(args.suite)
     inputs = [asked if asked.is_dir() else SUITES_DIR / args.suite, args.scenario,
