@@ -204,7 +204,8 @@ class HippoOptions(MethodOptions):
     pairs: int | None = None
     """(dp, micro-batch) pairs the lower level places per decision."""
     lower_time: float | None = None
-    """Seconds the lower level may take per decision."""
+    """Seconds the lower level may take per decision (None: rl.decide's default, or no
+    time limit where ``lower_work`` is given)."""
     lower_work: int | None = None
     """Units of DP work the lower level may spend per decision: counted, not timed, so that
     a front is the same on any machine and under any load; alone, it lifts the time
