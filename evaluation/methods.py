@@ -105,9 +105,9 @@ class Method:
     options, if callable): a bound it is held to, so that a run does not depend on the
     machine; its measured times are reported apart."""
     replan_fixed: tuple[str, ...] = ()
-    """Flags of its options that its re-plans do not read, because they hold the decision
-    to ``decision_bound_s`` themselves (Hi-PPO's lower-level limits): an online run
-    refuses them rather than ignore them (:func:`check_replan_flags`)."""
+    """Flags of its options that its re-plans do not read (Hi-PPO's lower-level limits,
+    which a re-plan sets to its ``decision_bound_s``, and its fronts' resumed decisions): an
+    online run refuses them rather than ignore them (:func:`check_replan_flags`)."""
 
     def is_seeded(self, options: Any) -> bool:
         return self.seeded(options) if callable(self.seeded) else self.seeded
@@ -222,6 +222,9 @@ class HippoOptions(MethodOptions):
     """One greedy episode per (dp, micro-batch) pair in every decision."""
     cost_steps: int = 4
     """Cost budgets per GPU level of the budget sweep."""
+    resume: bool = True
+    """After the sweep, each decision that ran out of time or work decided once more, from
+    where it stopped (:meth:`rl.decide.Scheduler.resume`)."""
 
     def decision_settings(self) -> dict:
         """The fields of :class:`rl.decide.DecisionSettings` these options set."""
@@ -266,6 +269,11 @@ class HippoOptions(MethodOptions):
         parser.add_argument("--hippo-starts", action="store_true",
                             help="Hi-PPO: one greedy episode per (dp, micro-batch) pair in "
                                  "every decision")
+        parser.add_argument("--hippo-resume", action=argparse.BooleanOptionalAction,
+                            default=True,
+                            help="Hi-PPO: after the budget sweep, decide once more each "
+                                 "decision that ran out of time or work, from where it "
+                                 "stopped (default: on)")
         parser.add_argument("--checkpoint", type=Path, default=None,
                             help="Hi-PPO checkpoint (default: the shipped one)")
 
@@ -276,7 +284,7 @@ class HippoOptions(MethodOptions):
         return cls(checkpoint=None if args.checkpoint is None else str(args.checkpoint),
                    pairs=args.hippo_pairs, lower_time=args.hippo_lower_time,
                    lower_work=args.hippo_lower_work, exhaust=args.hippo_exhaust,
-                   policy_plan=args.hippo_policy_plan,
+                   policy_plan=args.hippo_policy_plan, resume=args.hippo_resume,
                    samples=args.hippo_samples, polish=args.hippo_polish,
                    starts=args.hippo_starts)
 
@@ -321,10 +329,22 @@ def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: H
         finally:
             latencies.append(time.perf_counter() - start)
 
+    def resume(weights, budgets):  # a decision that ran out, once more; timed if made
+        start = time.perf_counter()
+        made = True
+        try:
+            out = scheduler.resume(instance, weights, budgets, settings)
+            made = out is not None
+            return out
+        finally:
+            if made:
+                latencies.append(time.perf_counter() - start)
+
     # the budget sweep (epsilon-constraint-like), then one decision per suite preference
     plans, _ = sweep_front(decide, lambda plan: float(evaluate_plans(instance, [plan])
                                                        .comm_cost[0]),
-                           SWEEP_PREFERENCES, options.cost_steps)
+                           SWEEP_PREFERENCES, options.cost_steps,
+                           resume if options.resume else None)
     for weights in preferences:
         try:
             plans += [plan for plan, _ in decide(weights, NO_BUDGETS)]
@@ -478,7 +498,8 @@ register(Method(
     _hippo, HippoOptions, seeded=lambda options: options.samples > 0,
     unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler,
     decision_bound_s=HIPPO_REPLAN_BOUND_S,
-    replan_fixed=("--hippo-lower-time", "--hippo-lower-work")))
+    replan_fixed=("--hippo-lower-time", "--hippo-lower-work", "--hippo-resume",
+                  "--no-hippo-resume")))
 
 ALL_METHODS = list(METHODS)
 
@@ -523,11 +544,17 @@ def check_replan_flags(args: argparse.Namespace, planners: list[str]) -> None:
     (:attr:`Method.replan_fixed`): it would be ignored in silence."""
     for name in dict.fromkeys(planners):
         method = METHODS[name]
-        for flag in method.replan_fixed:
-            if getattr(args, flag.removeprefix("--").replace("-", "_"), None) is not None:
-                raise InputError(f"{flag}: {name}'s online re-plans set this limit "
-                                 "themselves (the DP work of their decision bound), so the "
-                                 "flag would be ignored; it is for python -m "
+        flags = argparse.ArgumentParser(add_help=False)
+        method.options_type.add_arguments(flags)
+        for action in flags._actions:
+            value = getattr(args, action.dest, action.default)
+            if set(action.option_strings) & set(method.replan_fixed) \
+                    and value != action.default:
+                flag = next((o for o in action.option_strings if o.startswith("--no-")
+                             and value is False), action.option_strings[0])
+                raise InputError(f"{flag}: {name}'s online re-plans do not read it (one "
+                                 "decision each, its DP work their decision bound's), so "
+                                 "it would be ignored; it is for python -m "
                                  "evaluation.pareto_coverage")
 
 

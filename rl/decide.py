@@ -209,6 +209,9 @@ class Scheduler:
         # the candidates of each request answered, by instance state and request: the same
         # request is answered the same, also where the lower level ran out of time
         self.answers: dict[tuple, list[tuple[Plan, float]]] = {}
+        # the requests answered whose lower level ran out of its time or work: the ones a
+        # front resumes (:meth:`resume`)
+        self.cut_short: set[tuple] = set()
         # the lower level's plans, which start its search on the instance's next states
         self.latest = LatestPlans()
         torch.set_num_threads(1)
@@ -225,6 +228,7 @@ class Scheduler:
         self.plans(warm_up_instance(), (1.0, 0.0, 0.0), NO_BUDGETS,
                    DecisionSettings(lower_time=None))
         self.answers.clear()
+        self.cut_short.clear()
         self.latest.clear()
         self.env.caches.clear()
         _WARMED_UP.append(True)
@@ -234,6 +238,7 @@ class Scheduler:
         its latest plans): the next decision on any state is made cold (the evaluation
         scores each front so)."""
         self.answers.clear()
+        self.cut_short.clear()
         self.latest.clear()
         forget()
 
@@ -327,20 +332,44 @@ class Scheduler:
         ``settings.pairs`` pairs the upper level ranks first. None where the instance
         admits no plan at all. Raises :class:`NoPlanWithinBudget` where plans exist but
         none within the budgets."""
-        weights = preference(weights)
-        request = (InstanceCache.key(instance), links_key(instance),
-                   tuple(float(w) for w in weights), budgets, settings)
+        request = self._request(instance, weights, budgets, settings)
         if request in self.answers:
             return list(self.answers[request])
-        out = self._plans(instance, weights, budgets, settings)
+        allowance = Allowance.of(settings.lower_time, settings.lower_work)
+        out = self._plans(instance, preference(weights), budgets, settings, allowance)
         if len(self.answers) >= MAX_ANSWERS:
             self.answers.clear()
+            self.cut_short.clear()
         self.answers[request] = out
+        if allowance is not None and allowance.spent():
+            self.cut_short.add(request)
         return list(out)
 
+    @staticmethod
+    def _request(instance: Instance, weights, budgets: Budgets, settings: DecisionSettings
+                 ) -> tuple:
+        """What identifies a request: the instance state, preference, budgets, settings."""
+        return (InstanceCache.key(instance), links_key(instance),
+                tuple(float(w) for w in preference(weights)), budgets, settings)
+
+    def resume(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
+               settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]] | None:
+        """A request answered before whose lower level ran out of its time or work, decided
+        again with a new allowance: its search goes on from what the first decision found
+        (the lower level's plans and floors on the state, and the feasibility runs the
+        allowance stopped, which it bisects above). None where the request was not cut
+        short (nothing to resume). A budget sweep resumes its decisions so, once each, after
+        the sweep (:func:`rl.sweep.sweep_front`)."""
+        request = self._request(instance, weights, budgets, settings)
+        if request not in self.cut_short:
+            return None
+        self.cut_short.discard(request)
+        del self.answers[request]
+        return self.plans(instance, weights, budgets, settings)
+
     def _plans(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
-               settings: DecisionSettings) -> list[tuple[Plan, float]]:
-        start = time.perf_counter()  # the lower level's time counts from here
+               settings: DecisionSettings, allowance: Allowance | None
+               ) -> list[tuple[Plan, float]]:
         generator = torch.Generator().manual_seed(settings.seed)
         polish = settings.polish
         episodes = settings.pairs == 0 or settings.policy_plan or settings.samples > 0 \
@@ -368,7 +397,6 @@ class Scheduler:
             key = (plan.dp, plan.micro_batch)
             if key not in hints or value > hints[key][1]:
                 hints[key] = (plan, value)
-        allowance = Allowance.of(settings.lower_time, settings.lower_work, start)
         out += self._placed(instance, ranking if settings.pairs else [], env.budgets,
                             allowance, settings.pairs, settings.exhaust,
                             {key: plan for key, (plan, _) in hints.items()})
@@ -474,10 +502,11 @@ class Scheduler:
 
     def front(self, instance: Instance, preferences=SWEEP_PREFERENCES,
               settings: DecisionSettings = HIERARCHICAL,
-              cost_steps: int = COST_STEPS) -> Front:
+              cost_steps: int = COST_STEPS, resume: bool = True) -> Front:
         """A front by budget sweeps (:func:`sweep_front`): for each preference, the GPU
         budget steps down below each decision's plan, and at each GPU level up to
-        ``cost_steps`` cost budgets below its plan's cost."""
+        ``cost_steps`` cost budgets below its plan's cost; with ``resume``, then each
+        decision that ran out of time or work once more (:meth:`resume`)."""
         start = time.perf_counter()
         # plans kept from earlier states start the sweep's first placements (README): a
         # front made so is not a cold one, and says so
@@ -485,13 +514,15 @@ class Scheduler:
         plans, decisions = sweep_front(
             lambda w, budgets: self.plans(instance, w, budgets, settings),
             lambda plan: float(evaluate_plans(instance, [plan]).comm_cost[0]),
-            preferences, cost_steps)
+            preferences, cost_steps,
+            (lambda w, budgets: self.resume(instance, w, budgets, settings)) if resume
+            else None)
         front = Front.from_plans(instance, plans, "heuristic")
         front.provenance = {"command": "rl.decide.Scheduler.front()", "method": "hippo",
                             "versions": {**versions(), "torch": torch.__version__},
                             "parameters": {"checkpoint": self.checkpoint,
                                            **settings.to_dict(),
-                                           "cost_steps": cost_steps,
+                                           "cost_steps": cost_steps, "resume": resume,
                                            "preferences": [list(w) for w in preferences]},
                             "wall_time_s": round(time.perf_counter() - start, 4),
                             "decisions": decisions,

@@ -24,8 +24,8 @@ COST_STEP = 0.02  # a cost budget this much below the last plan's cost
 COST_STEPS = 4  # cost budgets tried per GPU level (the last one: 0, a one-domain plan)
 
 
-def sweep_front(decide, cost_of, preferences,
-                cost_steps: int = COST_STEPS) -> tuple[list[Plan], int]:
+def sweep_front(decide, cost_of, preferences, cost_steps: int = COST_STEPS,
+                resume=None) -> tuple[list[Plan], int]:
     """Plans of an epsilon-constraint-like sweep of budgets, and the number of decisions.
 
     ``decide(weights, budgets)`` returns a decision's candidate plans with their rewards
@@ -33,9 +33,18 @@ def sweep_front(decide, cost_of, preferences,
     plan's traffic cost per step. For each preference:
     no budget first, then a GPU budget one below the GPUs of the last decision's plan,
     until no plan fits; at each GPU level, cost budgets ``COST_STEP`` below the last plan's
-    cost, at most ``cost_steps`` of them, the last one 0 (a plan without WAN traffic)."""
+    cost, at most ``cost_steps`` of them, the last one 0 (a plan without WAN traffic).
+
+    ``resume(weights, budgets)``, if given, decides again a request the sweep made whose
+    search ran out of its time or work, going on from where it stopped (None where it
+    did not: :meth:`rl.decide.Scheduler.resume`); after the sweep, each decision is
+    resumed once, in the sweep's order, and its plans join the front. A sweep's budgets
+    follow its plans, so a resumed decision's better plan does not move them: on the
+    full search space, where decisions run out of time near the fronts' fast end, one
+    pass covers most of what the first missed (README)."""
     plans: list[Plan] = []
     decisions = 0
+    asked: list[tuple] = []  # the requests decided, in order
 
     def one(weights, budgets: Budgets) -> Plan | None:
         nonlocal decisions
@@ -44,6 +53,7 @@ def sweep_front(decide, cost_of, preferences,
         except NoPlanWithinBudget:
             return None
         decisions += 1
+        asked.append((weights, budgets))
         plans.extend(plan for plan, _ in candidates)
         return max(candidates, key=lambda item: item[1])[0] if candidates else None
 
@@ -65,4 +75,12 @@ def sweep_front(decide, cost_of, preferences,
             if gpus <= 1:
                 break
             budgets = Budgets(gpus=gpus - 1)
+    for weights, budgets in asked if resume is not None else ():
+        try:
+            candidates = resume(weights, budgets)
+        except NoPlanWithinBudget:
+            continue
+        if candidates is not None:
+            decisions += 1
+            plans.extend(plan for plan, _ in candidates)
     return plans, decisions

@@ -25,7 +25,7 @@ from rl.decide import (
 )
 from rl.env import InstanceStatics, NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
-from rl.masks import Budgets
+from rl.masks import NO_BUDGETS, Budgets
 from rl.sweep import sweep_front
 from rl.train import HiPPOConfig, train
 from solvers.tables import all_pair_tables
@@ -291,6 +291,58 @@ def test_sweep_steps_the_gpu_budget_down_and_the_cost_budget_at_each_level():
     at_eight = [b.cost for b in asked if b.gpus == 8]
     assert at_eight == [pytest.approx(0.98), pytest.approx(0.98 ** 2), 0.0]
     assert decisions == len(asked) - 1 == len(plans)  # the last ask found no plan
+
+
+def test_a_sweep_resumes_each_decision_once_after_the_sweep():
+    """Given ``resume``, the sweep asks it once for each decision made, in the sweep's
+    order, after the sweep; a resumed decision's plans join the front and count as a
+    decision, one not cut short (None) does not, nor one that finds none."""
+    def decide(weights, budgets: Budgets):
+        gpus = 8 if budgets.gpus is None else budgets.gpus
+        if gpus < 6 or budgets.cost is not None:
+            raise NoPlanWithinBudget("no plan within budget")
+        return [(Plan(dp=1, micro_batch=1, stages=tuple(
+            Stage(0, 1, 1, "none") for _ in range(gpus))), 0.0)]
+
+    resumed = []
+    better = Plan(dp=1, micro_batch=1, stages=(Stage(0, 1, 1, "none"),))
+
+    def resume(weights, budgets: Budgets):
+        resumed.append(budgets.gpus)
+        if budgets.gpus == 7:
+            raise NoPlanWithinBudget("none found")
+        return [(better, 1.0)] if budgets.gpus is None else None
+
+    plans, decisions = sweep_front(decide, lambda plan: 1.0, [(1, 0, 0)], cost_steps=1,
+                                   resume=resume)
+    assert resumed == [None, 7, 6]  # the decisions made, once each, in order
+    assert decisions == 3 + 1 and plans[-1] is better and len(plans) == 4
+    again, count = sweep_front(decide, lambda plan: 1.0, [(1, 0, 0)], cost_steps=1)
+    assert count == 3 and again == plans[:-1]
+
+
+def test_a_decision_cut_short_resumes_from_where_it_stopped(checkpoint: Path):
+    """A request whose lower level ran out of its work is remembered as cut short; resumed,
+    it is decided again with a new allowance, and its best plan is no worse than the
+    first's (the lower level's plans and floors on the state carry over); it resumes once,
+    and a request not cut short has nothing to resume."""
+    instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
+    scheduler = Scheduler(checkpoint)
+    short = DecisionSettings(lower_time=None, lower_work=20_000)
+
+    def best(candidates) -> float:
+        return min(evaluate(instance, plan).step_time_s for plan, _ in candidates)
+
+    first = scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, short)
+    assert len(scheduler.cut_short) == 1
+    resumed = scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, short)
+    assert resumed is not None and best(resumed) <= best(first)
+    assert scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, short) == resumed  # answered
+    loose = DecisionSettings(lower_time=None)
+    scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, loose)  # runs to its end
+    assert scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, loose) is None
+    scheduler.forget()
+    assert not scheduler.cut_short
 
 
 def test_budgets_are_met_explained_and_an_impossible_one_is_refused(checkpoint: Path,
