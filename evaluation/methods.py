@@ -223,8 +223,9 @@ class HippoOptions(MethodOptions):
     cost_steps: int = 4
     """Cost budgets per GPU level of the budget sweep."""
     resume: bool = True
-    """After the sweep, each decision that ran out of time or work decided once more, from
-    where it stopped (:meth:`rl.decide.Scheduler.resume`)."""
+    """After the sweep, each of its decisions whose lower level ran out of time or work
+    with plans found decided once more, from where it stopped
+    (:meth:`rl.decide.Scheduler.resume`)."""
 
     def decision_settings(self) -> dict:
         """The fields of :class:`rl.decide.DecisionSettings` these options set."""
@@ -272,8 +273,9 @@ class HippoOptions(MethodOptions):
         parser.add_argument("--hippo-resume", action=argparse.BooleanOptionalAction,
                             default=True,
                             help="Hi-PPO: after the budget sweep, decide once more each "
-                                 "decision that ran out of time or work, from where it "
-                                 "stopped (default: on)")
+                                 "of its decisions whose lower level ran out of time or "
+                                 "work with plans found, from where it stopped (default: "
+                                 "on)")
         parser.add_argument("--checkpoint", type=Path, default=None,
                             help="Hi-PPO checkpoint (default: the shipped one)")
 

@@ -212,6 +212,7 @@ class Scheduler:
         # the requests answered whose lower level ran out of its time or work: the ones a
         # front resumes (:meth:`resume`)
         self.cut_short: set[tuple] = set()
+        self._lower_ran_out = False  # whether the last decision's lower level ran out
         # the lower level's plans, which start its search on the instance's next states
         self.latest = LatestPlans()
         torch.set_num_threads(1)
@@ -335,13 +336,14 @@ class Scheduler:
         request = self._request(instance, weights, budgets, settings)
         if request in self.answers:
             return list(self.answers[request])
+        self._lower_ran_out = False
         allowance = Allowance.of(settings.lower_time, settings.lower_work)
         out = self._plans(instance, preference(weights), budgets, settings, allowance)
         if len(self.answers) >= MAX_ANSWERS:
             self.answers.clear()
             self.cut_short.clear()
         self.answers[request] = out
-        if allowance is not None and allowance.spent():
+        if self._lower_ran_out:
             self.cut_short.add(request)
         return list(out)
 
@@ -358,14 +360,21 @@ class Scheduler:
         again with a new allowance: its search goes on from what the first decision found
         (the lower level's plans and floors on the state, and the feasibility runs the
         allowance stopped, which it bisects above). None where the request was not cut
-        short (nothing to resume). A budget sweep resumes its decisions so, once each, after
-        the sweep (:func:`rl.sweep.sweep_front`)."""
+        short, or was resumed already (nothing to resume): once per request, until
+        :meth:`forget`. Where the new decision raises, the first answer stays. A budget
+        sweep resumes its decisions so, after the sweep (:func:`rl.sweep.sweep_front`)."""
         request = self._request(instance, weights, budgets, settings)
         if request not in self.cut_short:
             return None
         self.cut_short.discard(request)
-        del self.answers[request]
-        return self.plans(instance, weights, budgets, settings)
+        first = self.answers.pop(request)
+        try:
+            out = self.plans(instance, weights, budgets, settings)
+        except NoPlanWithinBudget:
+            self.answers[request] = first
+            raise
+        self.cut_short.discard(request)  # resumed once: not again
+        return out
 
     def _plans(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
                settings: DecisionSettings, allowance: Allowance | None
@@ -407,6 +416,9 @@ class Scheduler:
             # have none within the budgets; the DP places every other pair before "none"
             out = self._placed(instance, env.cache.pairs_beyond(env.budgets), env.budgets,
                                allowance)
+        # the lower level itself ran out (not the episodes around it): :meth:`resume`
+        self._lower_ran_out = bool(settings.pairs) and allowance is not None \
+            and allowance.spent()
         if failure is not None and not out:
             self._no_plan(instance, budgets, settings, failure, allowance)
             return []

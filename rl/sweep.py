@@ -36,9 +36,10 @@ def sweep_front(decide, cost_of, preferences, cost_steps: int = COST_STEPS,
     cost, at most ``cost_steps`` of them, the last one 0 (a plan without WAN traffic).
 
     ``resume(weights, budgets)``, if given, decides again a request the sweep made whose
-    search ran out of its time or work, going on from where it stopped (None where it
-    did not: :meth:`rl.decide.Scheduler.resume`); after the sweep, each decision is
-    resumed once, in the sweep's order, and its plans join the front. A sweep's budgets
+    lower level ran out of its time or work, going on from where it stopped (None where
+    it did not: :meth:`rl.decide.Scheduler.resume`); after the sweep, each decision that
+    gave plans is resumed once, in the sweep's order, and its plans join the front (one
+    that ran out with none ended its part of the sweep and is not). A sweep's budgets
     follow its plans, so a resumed decision's better plan does not move them: on the
     full search space, where decisions run out of time near the fronts' fast end, one
     pass covers most of what the first missed (README)."""

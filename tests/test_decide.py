@@ -335,9 +335,16 @@ def test_a_decision_cut_short_resumes_from_where_it_stopped(checkpoint: Path):
 
     first = scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, short)
     assert len(scheduler.cut_short) == 1
+    decided = []
+    plans = scheduler._plans
+    scheduler._plans = lambda *args: decided.append(args) or plans(*args)
     resumed = scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, short)
+    assert len(decided) == 1  # decided again, not answered from the first
     assert resumed is not None and best(resumed) <= best(first)
+    assert scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, short) is None  # once
     assert scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, short) == resumed  # answered
+    assert len(decided) == 1
+    del scheduler._plans
     loose = DecisionSettings(lower_time=None)
     scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, loose)  # runs to its end
     assert scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, loose) is None
