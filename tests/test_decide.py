@@ -350,6 +350,10 @@ def test_a_decision_cut_short_resumes_from_where_it_stopped(checkpoint: Path):
     assert scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, loose) is None
     scheduler.forget()
     assert not scheduler.cut_short
+    # the policy alone ran out of time, not a lower level: nothing to resume
+    scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, DecisionSettings(pairs=0,
+                                                                      lower_time=1e-4))
+    assert not scheduler.cut_short
 
 
 def test_budgets_are_met_explained_and_an_impossible_one_is_refused(checkpoint: Path,
