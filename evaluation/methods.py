@@ -208,7 +208,7 @@ class HippoOptions(MethodOptions):
     time limit where ``lower_work`` is given)."""
     lower_work: int | None = None
     """Units of DP work the lower level may spend per decision: counted, not timed, so that
-    a front is the same on any machine and under any load; alone, it lifts the time
+    its searches do not depend on the machine's speed or load; alone, it lifts the time
     limit."""
     exhaust: bool | None = None
     """The lower level also places every further pair a DP run cannot prove slower."""
@@ -253,8 +253,8 @@ class HippoOptions(MethodOptions):
                             metavar="UNITS",
                             help="Hi-PPO: units of DP work the lower level may spend per "
                                  f"decision ({WORK_PER_SECOND:,} about a second here): "
-                                 "counted, so that the fronts are the same on any machine; "
-                                 "alone, no time limit")
+                                 "counted, so that its searches do not depend on the "
+                                 "machine's speed or load; alone, no time limit")
         parser.add_argument("--hippo-exhaust", action=argparse.BooleanOptionalAction,
                             default=None,
                             help="Hi-PPO: the lower level also places every further pair a "
@@ -311,42 +311,35 @@ _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and p
 def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: HippoOptions,
            preferences: tuple) -> MethodRun:
     from formulation.evaluator import evaluate_plans
-    from rl.decide import DEFAULT_CHECKPOINT, DecisionSettings, Scheduler
+    from rl.decide import DecisionSettings
     from rl.env import NoPlanWithinBudget
     from rl.masks import NO_BUDGETS
     from rl.sweep import SWEEP_PREFERENCES, sweep_front
 
-    checkpoint = options.checkpoint or str(DEFAULT_CHECKPOINT)
-    scheduler = _SCHEDULERS.get(checkpoint)
-    if scheduler is None:
-        scheduler = _SCHEDULERS[checkpoint] = Scheduler(checkpoint)
+    scheduler = _hippo_scheduler(options)
     settings = DecisionSettings(**{**options.decision_settings(), "seed": seed})
     scheduler.forget()  # every front a cold one: nothing found for an earlier one kept
     latencies = []
 
-    def decide(weights, budgets):  # one timed decision
-        start = time.perf_counter()
-        try:
-            return scheduler.plans(instance, weights, budgets, settings)
-        finally:
-            latencies.append(time.perf_counter() - start)
+    def timed(ask):  # ask(instance, weights, budgets, settings), timed where it decides
+        def call(weights, budgets):
+            start = time.perf_counter()
+            decided = True
+            try:
+                out = ask(instance, weights, budgets, settings)
+                decided = out is not None  # a resume with nothing to resume decides nothing
+                return out
+            finally:
+                if decided:
+                    latencies.append(time.perf_counter() - start)
+        return call
 
-    def resume(weights, budgets):  # a decision that ran out, once more; timed if made
-        start = time.perf_counter()
-        made = True
-        try:
-            out = scheduler.resume(instance, weights, budgets, settings)
-            made = out is not None
-            return out
-        finally:
-            if made:
-                latencies.append(time.perf_counter() - start)
-
+    decide = timed(scheduler.plans)
     # the budget sweep (epsilon-constraint-like), then one decision per suite preference
     plans, _ = sweep_front(decide, lambda plan: float(evaluate_plans(instance, [plan])
                                                        .comm_cost[0]),
                            SWEEP_PREFERENCES, options.cost_steps,
-                           resume if options.resume else None)
+                           timed(scheduler.resume) if options.resume else None)
     for weights in preferences:
         try:
             plans += [plan for plan, _ in decide(weights, NO_BUDGETS)]
@@ -528,17 +521,10 @@ def check_method_flags(args: argparse.Namespace, used: list[str]) -> None:
     for options_type in dict.fromkeys(method.options_type for method in METHODS.values()):
         if options_type in read:
             continue
-        flags = argparse.ArgumentParser(add_help=False)
-        options_type.add_arguments(flags)
-        for action in flags._actions:
-            value = getattr(args, action.dest, action.default)
-            if value != action.default:
-                owners = [n for n, m in METHODS.items() if m.options_type is options_type]
-                # the flag as typed: a --no-X of a boolean pair sets False
-                flag = next((o for o in action.option_strings if o.startswith("--no-")
-                             and value is False), action.option_strings[0])
-                raise InputError(f"{flag}: an option of {' and '.join(owners)}, which "
-                                 "this run does not use")
+        for flag, _ in _flags_set(args, options_type):
+            owners = [n for n, m in METHODS.items() if m.options_type is options_type]
+            raise InputError(f"{flag}: an option of {' and '.join(owners)}, which "
+                             "this run does not use")
 
 
 def check_replan_flags(args: argparse.Namespace, planners: list[str]) -> None:
@@ -546,18 +532,24 @@ def check_replan_flags(args: argparse.Namespace, planners: list[str]) -> None:
     (:attr:`Method.replan_fixed`): it would be ignored in silence."""
     for name in dict.fromkeys(planners):
         method = METHODS[name]
-        flags = argparse.ArgumentParser(add_help=False)
-        method.options_type.add_arguments(flags)
-        for action in flags._actions:
-            value = getattr(args, action.dest, action.default)
-            if set(action.option_strings) & set(method.replan_fixed) \
-                    and value != action.default:
-                flag = next((o for o in action.option_strings if o.startswith("--no-")
-                             and value is False), action.option_strings[0])
+        for flag, options in _flags_set(args, method.options_type):
+            if set(options) & set(method.replan_fixed):
                 raise InputError(f"{flag}: {name}'s online re-plans do not read it (one "
                                  "decision each, its DP work their decision bound's), so "
                                  "it would be ignored; it is for python -m "
                                  "evaluation.pareto_coverage")
+
+
+def _flags_set(args: argparse.Namespace, options_type: type[MethodOptions]):
+    """The flags of ``options_type`` that ``args`` sets to other than their default, each
+    as typed (a --no-X of a boolean pair sets False) with all its option strings."""
+    flags = argparse.ArgumentParser(add_help=False)
+    options_type.add_arguments(flags)
+    for action in flags._actions:
+        value = getattr(args, action.dest, action.default)
+        if value != action.default:
+            yield next((o for o in action.option_strings if o.startswith("--no-")
+                        and value is False), action.option_strings[0]), action.option_strings
 
 
 def unavailable_methods(options: dict[str, MethodOptions]) -> dict[str, str]:
