@@ -77,6 +77,7 @@ from rl.env import (
     links_key,
 )
 from rl.explain import explain, explain_budgets, heatmap
+from rl.front_book import FrontBook
 from rl.lower import Allowance, forget, search
 from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
@@ -215,6 +216,8 @@ class Scheduler:
         self._lower_ran_out = False  # whether the last decision's lower level ran out
         # the lower level's plans, which start its search on the instance's next states
         self.latest = LatestPlans()
+        # the fronts built (:meth:`front`): a later request on their state is a lookup
+        self.fronts = FrontBook()
         torch.set_num_threads(1)
         self._warm_up()
 
@@ -241,6 +244,7 @@ class Scheduler:
         self.answers.clear()
         self.cut_short.clear()
         self.latest.clear()
+        self.fronts.clear()
         forget()
 
     def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
@@ -332,10 +336,16 @@ class Scheduler:
         local-search optima (``settings.polish``), and the lower level's plans of the
         ``settings.pairs`` pairs the upper level ranks first. None where the instance
         admits no plan at all. Raises :class:`NoPlanWithinBudget` where plans exist but
-        none within the budgets."""
+        none within the budgets. On a state whose front this scheduler built with the same
+        settings (:meth:`front`), the front's plans within the budgets instead, where it
+        has any (:mod:`rl.front_book`: no episode, no DP run)."""
         request = self._request(instance, weights, budgets, settings)
         if request in self.answers:
             return list(self.answers[request])
+        looked_up = self.fronts.answer(self._front_key(instance, settings),
+                                       preference(weights), budgets, self.multipliers)
+        if looked_up is not None:
+            return looked_up
         self._lower_ran_out = False
         allowance = Allowance.of(settings.lower_time, settings.lower_work)
         out = self._plans(instance, preference(weights), budgets, settings, allowance)
@@ -353,6 +363,11 @@ class Scheduler:
         """What identifies a request: the instance state, preference, budgets, settings."""
         return (InstanceCache.key(instance), links_key(instance),
                 tuple(float(w) for w in preference(weights)), budgets, settings)
+
+    @staticmethod
+    def _front_key(instance: Instance, settings: DecisionSettings) -> tuple:
+        """What identifies a front in :attr:`fronts`: the instance state and the settings."""
+        return InstanceCache.key(instance), links_key(instance), settings
 
     def resume(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
                settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]] | None:
@@ -518,8 +533,12 @@ class Scheduler:
         """A front by budget sweeps (:func:`sweep_front`): for each preference, the GPU
         budget steps down below each decision's plan, and at each GPU level up to
         ``cost_steps`` cost budgets below its plan's cost; with ``resume``, then each
-        decision that ran out of time or work once more (:meth:`resume`)."""
+        decision that ran out of time or work once more (:meth:`resume`). The front is
+        kept (:attr:`fronts`): later requests on the state with these settings read it;
+        a front asked again is swept again, by decisions."""
         start = time.perf_counter()
+        key = self._front_key(instance, settings)
+        self.fronts.drop(key)
         # plans kept from earlier states start the sweep's first placements (README): a
         # front made so is not a cold one, and says so
         kept = sorted(self.latest.pairs(InstanceStatics.key(instance)))
@@ -539,6 +558,9 @@ class Scheduler:
                             "wall_time_s": round(time.perf_counter() - start, 4),
                             "decisions": decisions,
                             "kept_plans_of_pairs": [list(pair) for pair in kept]}
+        if front.points:
+            self.fronts.add(key, instance, [point.plan for point in front.points],
+                            self.env.cache_of(instance).scale)
         return front
 
 

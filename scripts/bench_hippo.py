@@ -15,7 +15,11 @@ On generated instances (the generator's full search space, one per topology and 
 - warm, same request: a decision the state has answered before (the same preference and
   budgets);
 - warm, new budget: the same state, a random GPU budget (mostly one not asked before);
-- a front: ``Scheduler.front`` (the budget sweep), its wall time and decisions.
+- a front: ``Scheduler.front`` (the budget sweep), its wall time and decisions;
+- from the front: after it, requests of a random preference and GPU budget (a cost budget
+  half of the time) on the same state, which the scheduler reads off the front it built
+  (:mod:`rl.front_book`); and the "new budget" requests asked again, read off the front:
+  their step times against those the decisions before the front found.
 
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
 hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
@@ -34,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from formulation.evaluator import evaluate_plans
 from formulation.presets import model_preset
 from formulation.schema import (
     SEED,
@@ -99,8 +104,10 @@ def _bench(args: argparse.Namespace) -> None:
     scheduler = Scheduler(args.checkpoint)
     times: dict[str, list[float]] = {key: [] for key in (
         "cold start", "cold decision", "bandwidth change", "load change",
-        "warm, same request", "warm, new budget", "front")}
+        "warm, same request", "warm, new budget", "front", "from the front")}
     decisions = []
+    # the "new budget" requests' step times, decided before the front / read off it
+    before, looked_up = [], []
     warm_up = generate_instance(min(args.domains, 10), args.model, 800_000, "random")
     scheduler.front(warm_up, settings=settings)
     for seed in args.seeds:
@@ -126,9 +133,11 @@ def _bench(args: argparse.Namespace) -> None:
 
             scheduler.env.caches.clear()
             asked = [timed(instance, "cold decision")]
+            new_budgets = []
             for _ in range(args.repeats):
-                asked.append(timed(instance, "warm, new budget", Budgets(gpus=int(
+                new_budgets.append(timed(instance, "warm, new budget", Budgets(gpus=int(
                     rng.integers(limits.least_gpus, limits.free_gpus + 1)))))
+            asked += new_budgets
             for _ in range(args.repeats):
                 timed(instance, "warm, same request", asked[int(rng.integers(len(asked)))])
             for _ in range(args.repeats):
@@ -141,12 +150,44 @@ def _bench(args: argparse.Namespace) -> None:
             front = scheduler.front(instance, settings=settings)
             times["front"].append(time.perf_counter() - start)
             decisions.append(front.provenance["decisions"])
+            for _ in range(args.repeats):
+                weights = rng.dirichlet(np.ones(3))
+                budgets = Budgets(gpus=int(rng.integers(limits.least_gpus,
+                                                        limits.free_gpus + 1)))
+                if rng.random() < 0.5:
+                    budgets = Budgets(gpus=budgets.gpus, cost=float(
+                        rng.uniform(0, 1) * max(p.objectives[2] for p in front.points)))
+                start = time.perf_counter()
+                with contextlib.suppress(NoPlanWithinBudget):
+                    scheduler.plans(instance, weights, budgets, settings)
+                times["from the front"].append(time.perf_counter() - start)
+            for budgets in new_budgets:
+                pairs = [_fastest(instance, scheduler.plans(instance, (1.0, 0.0, 0.0), budgets,
+                                                  settings)),
+                         _fastest(instance, scheduler.fronts.answer(
+                             scheduler._front_key(instance, settings),
+                             np.array([1.0, 0.0, 0.0]), budgets, scheduler.multipliers))]
+                if all(step < np.inf for step in pairs):
+                    before.append(pairs[0])
+                    looked_up.append(pairs[1])
             print(f"{instance.name}: front of {len(front.points)} points, "
                   f"{front.provenance['decisions']} decisions, "
                   f"{times['front'][-1]:.2f} s", flush=True)
     for kind, values in times.items():
         print(f"{kind:19s} {percentiles(values)}")
     print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
+    if before:
+        ratio = np.asarray(looked_up) / np.asarray(before) - 1
+        print(f"new budgets read off the front against decided before it (n = {len(ratio)}): "
+              f"faster {np.mean(ratio < -1e-9):.1%}, the same {np.mean(abs(ratio) <= 1e-9):.1%}"
+              f", slower {np.mean(ratio > 1e-9):.1%} (median {np.median(ratio):+.2%}, "
+              f"at most {max(ratio.max(), 0):.2%} slower, {abs(min(ratio.min(), 0.0)):.2%} faster)")
+
+
+def _fastest(instance, candidates) -> float:
+    """The least step time among a decision's candidate plans (inf: none)."""
+    plans = [plan for plan, _ in candidates or ()]
+    return float(evaluate_plans(instance, plans).step_time_s.min()) if plans else np.inf
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -574,3 +575,59 @@ def test_cli_limits_the_lower_level_by_time_or_counted_work(
     assert decide.main([str(QUICK), "--weights", "1,0,0", *args]) == 2
     assert (asked[0].lower_time, asked[0].lower_work) == (lower_time, lower_work)
 
+
+
+def test_a_state_with_a_front_answers_later_requests_from_it(checkpoint: Path,
+                                                               instance: Instance,
+                                                               monkeypatch):
+    """After :meth:`Scheduler.front`, a request of any preference and budgets on the same
+    state is read off that front: no DP run, the front's plans within the budgets, valued
+    as a decision values them; the best of them for the least step time is the front's
+    fastest within the GPU budget. A budget below every front point is decided; other
+    settings, another state and a forgotten scheduler are not answered from it."""
+    import rl.decide as decide_module
+
+    scheduler = Scheduler(checkpoint)
+    front = scheduler.front(instance)
+    points = [(p.plan, p.objectives) for p in front.points]
+    assert len(points) >= 3
+    searched = []
+    real_search = decide_module.search
+
+    def spy(*args, **kwargs):
+        searched.append(1)
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(decide_module, "search", spy)
+    gpus = sorted({int(o[1]) for _, o in points})
+    budget = Budgets(gpus=gpus[len(gpus) // 2])
+    within = [(plan, o) for plan, o in points if o[1] <= budget.gpus]
+    candidates = scheduler.plans(instance, (1, 0, 0), budget)
+    assert not searched
+    assert {id(plan) for plan, _ in candidates} == {id(plan) for plan, _ in within}
+    best, _ = max(candidates, key=lambda item: item[1])
+    assert evaluate(instance, best).objectives[0] == min(o[0] for _, o in within)
+    weights = (0.2, 0.5, 0.3)
+    for plan, value in scheduler.plans(instance, weights, budget):
+        scheduler.env.reset(options=scheduler._options(instance, weights, budget))
+        assert value == pytest.approx(scheduler.env.score(plan)[0], rel=1e-12)
+    cost = sorted(o[2] for _, o in points)[len(points) // 2]
+    cheap = scheduler.plans(instance, (0, 0, 1), Budgets(cost=cost))
+    assert cheap and all(evaluate(instance, p).objectives[2] <= cost * (1 + 1e-12)
+                         for p, _ in cheap)
+    assert not searched
+    # below every front point: decided, by the lower level (a plan or none)
+    with contextlib.suppress(NoPlanWithinBudget):
+        scheduler.plans(instance, (1, 0, 0), Budgets(gpus=max(1, gpus[0] - 1)))
+    assert searched
+    for state, settings in ((instance, DecisionSettings(exhaust=False)),
+                            (instance.with_link_state(
+                                bandwidth_gbps=instance.links.bandwidth_gbps * 0.5),
+                             HIERARCHICAL)):
+        searched.clear()
+        scheduler.plans(state, (1, 0, 0), budget, settings)
+        assert searched
+    scheduler.forget()
+    searched.clear()
+    scheduler.plans(instance, (1, 0, 0), Budgets(gpus=budget.gpus + 1))
+    assert searched
