@@ -116,11 +116,12 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
             room = free[k] - (positions - 1 - j) * most
             low = min(room // dp, top) if room >= 0 else 0
             for lo in range(layers):
-                b = INF
-                for kk in range(domains):
-                    if kk != k and occupancy[kk, k] <= period:
-                        b = min(b, 2.0 * delay[kk, k] + fresh[kk, lo])
-                best[lo] = b
+                best[lo] = INF
+            for kk in range(domains):  # layers innermost: contiguous rows
+                if kk != k and occupancy[kk, k] <= period:
+                    hop, row = 2.0 * delay[kk, k], fresh[kk]
+                    for lo in range(layers):
+                        best[lo] = min(best[lo], hop + row[lo])
             for u in range(low, top + 1):
                 dst = f[j, k, u]
                 for lo in range(layers):
