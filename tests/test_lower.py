@@ -572,3 +572,29 @@ def test_each_placement_tracks_only_the_domains_its_own_plans_overused():
     chain.period_floors.append((Caps(32, float("inf"), frozenset()), 9.0))  # tighter GPUs
     assert runs.floor() == 2.5
     forget()
+
+
+def test_a_placement_from_a_known_plan_descends_with_one_miss_a_step(monkeypatch):
+    """A placement that starts from a plan already known (a hint, or an earlier decision's
+    on the state) descends with one miss a step, a cold one with ``DESCENT_MISSES``; with
+    dives scripted as in the test above, one miss ends each step; and the placement from
+    a known plan ends within the period precision of the cold one."""
+    import rl.lower as lower
+
+    misses = []
+    real = lower._Runs.descend
+
+    def spy(self, high, missed=lower.DESCENT_MISSES):
+        misses.append(missed)
+        return real(self, high, missed)
+
+    monkeypatch.setattr(lower._Runs, "descend", spy)
+    instance = Instance.load(QUICK[0])
+    tables = max(all_pair_tables(instance), key=lambda t: t.layers * t.micro_batches)
+    forget()
+    cold = place(tables, Budgets())
+    assert cold.plan is not None and misses == [lower.DESCENT_MISSES]
+    forget()
+    warm = place(tables, Budgets(), hints=[cold.plan])
+    assert misses[1:] == [1]
+    assert warm.step_time_s <= cold.step_time_s * (1 + PERIOD_PRECISION)
