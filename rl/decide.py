@@ -336,9 +336,9 @@ class Scheduler:
         local-search optima (``settings.polish``), and the lower level's plans of the
         ``settings.pairs`` pairs the upper level ranks first. None where the instance
         admits no plan at all. Raises :class:`NoPlanWithinBudget` where plans exist but
-        none within the budgets. On a state whose front this scheduler built with the same
-        settings (:meth:`front`), the front's plans within the budgets instead, where it
-        has any (:mod:`rl.front_book`: no episode, no DP run)."""
+        none within the budgets. On a state whose front this scheduler built and kept
+        with the same settings (:meth:`front`), the front's plans within the budgets
+        instead, where it has any (:mod:`rl.front_book`: no episode, no DP run)."""
         request = self._request(instance, weights, budgets, settings)
         if request in self.answers:
             return list(self.answers[request])
@@ -346,6 +346,12 @@ class Scheduler:
                                        preference(weights), budgets, self.multipliers)
         if looked_up is not None:
             return looked_up
+        return self._decided(instance, weights, budgets, settings, request)
+
+    def _decided(self, instance: Instance, weights, budgets: Budgets,
+                 settings: DecisionSettings, request: tuple) -> list[tuple[Plan, float]]:
+        """The decision proper (:meth:`_plans`) within a new allowance, remembered as the
+        answer to ``request`` (and as cut short where its lower level ran out)."""
         self._lower_ran_out = False
         allowance = Allowance.of(settings.lower_time, settings.lower_work)
         out = self._plans(instance, preference(weights), budgets, settings, allowance)
@@ -383,8 +389,8 @@ class Scheduler:
             return None
         self.cut_short.discard(request)
         first = self.answers.pop(request)
-        try:
-            out = self.plans(instance, weights, budgets, settings)
+        try:  # decided, not read off a front: the new allowance is the point
+            out = self._decided(instance, weights, budgets, settings, request)
         except NoPlanWithinBudget:
             self.answers[request] = first
             raise
@@ -533,21 +539,45 @@ class Scheduler:
         """A front by budget sweeps (:func:`sweep_front`): for each preference, the GPU
         budget steps down below each decision's plan, and at each GPU level up to
         ``cost_steps`` cost budgets below its plan's cost; with ``resume``, then each
-        decision that ran out of time or work once more (:meth:`resume`). The front is
-        kept (:attr:`fronts`): later requests on the state with these settings read it;
-        a front asked again is swept again, by decisions."""
+        decision that ran out of time or work once more (:meth:`resume`).
+
+        A front of the default sweep (preferences and cost steps) none of whose decisions
+        ran out of time or work is kept (:attr:`fronts`, its provenance says
+        ``answers_later_requests``): later requests on the state with these settings read
+        it. Where a decision ran out, a later decision may find a better plan than the
+        front holds, and is made. A front asked again is swept again (its requests
+        answered before are answered the same)."""
         start = time.perf_counter()
         key = self._front_key(instance, settings)
         self.fronts.drop(key)
         # plans kept from earlier states start the sweep's first placements (README): a
         # front made so is not a cold one, and says so
         kept = sorted(self.latest.pairs(InstanceStatics.key(instance)))
+        ran_out = []  # per decision of the sweep, whether its lower level ran out
+
+        def decide(weights, budgets: Budgets) -> list[tuple[Plan, float]]:
+            try:
+                out = self.plans(instance, weights, budgets, settings)
+            except NoPlanInTime:
+                ran_out.append(True)
+                raise
+            ran_out.append(self._request(instance, weights, budgets, settings)
+                           in self.cut_short)
+            return out
+
+        def resumed(weights, budgets: Budgets) -> list[tuple[Plan, float]] | None:
+            try:
+                out = self.resume(instance, weights, budgets, settings)
+            except NoPlanInTime:
+                ran_out.append(True)
+                raise
+            if out is not None:
+                ran_out.append(self._lower_ran_out)
+            return out
+
         plans, decisions = sweep_front(
-            lambda w, budgets: self.plans(instance, w, budgets, settings),
-            lambda plan: float(evaluate_plans(instance, [plan]).comm_cost[0]),
-            preferences, cost_steps,
-            (lambda w, budgets: self.resume(instance, w, budgets, settings)) if resume
-            else None)
+            decide, lambda plan: float(evaluate_plans(instance, [plan]).comm_cost[0]),
+            preferences, cost_steps, resumed if resume else None)
         front = Front.from_plans(instance, plans, "heuristic")
         front.provenance = {"command": "rl.decide.Scheduler.front()", "method": "hippo",
                             "versions": {**versions(), "torch": torch.__version__},
@@ -558,7 +588,10 @@ class Scheduler:
                             "wall_time_s": round(time.perf_counter() - start, 4),
                             "decisions": decisions,
                             "kept_plans_of_pairs": [list(pair) for pair in kept]}
-        if front.points:
+        answers = bool(front.points) and not any(ran_out) and cost_steps == COST_STEPS \
+            and [tuple(w) for w in preferences] == [tuple(w) for w in SWEEP_PREFERENCES]
+        front.provenance["answers_later_requests"] = answers
+        if answers:
             self.fronts.add(key, instance, [point.plan for point in front.points],
                             self.env.cache_of(instance).scale)
         return front

@@ -1,21 +1,22 @@
 """The fronts a scheduler has built, per instance state: a later decision there is a lookup.
 
 Every decision minimises a cost that rises with the step time, the GPUs and the traffic
-cost alike (the reward's ``J``, :mod:`formulation.reward`), under budgets that cap the GPUs
-and the cost (and, softly, the step time): its best plan is a point of the state's Pareto
-front within the budgets. Once :meth:`rl.decide.Scheduler.front` has swept a state's budgets,
-the front it built answers any later request on that state, of any preference and budgets,
-by reading it: the best point within the budgets by the request's value (its reward less
-the soft step-time cap's penalty, as :meth:`rl.env.PlanEnv.score` values a plan), without
-an episode or a DP run. A budget the front holds no plan within is decided as before
-(the front's sweep may have stopped where a decision ran out of time, and proves nothing
-there).
+cost alike (the reward's ``J``, :mod:`formulation.reward`; the soft step-time cap's penalty
+rises with the step time too, and a front's plans meet the WAN share cap, so theirs is 0),
+under budgets that cap the GPUs and the cost: its best plan is a point of the state's
+Pareto front within the budgets. Once :meth:`rl.decide.Scheduler.front` has swept a
+state's budgets, and none of the sweep's decisions ran out of time or work, the front it
+built answers any later request on that state, of any preference and budgets, by reading
+it: the best point within the budgets by the request's value (its reward less the soft
+step-time cap's penalty, as :meth:`rl.env.PlanEnv.score` values a plan), without an
+episode or a DP run. A budget the front holds no plan within is decided as before.
 
-The lookup is as good as the front: a fresh decision under a GPU budget ``B`` searches what
-the sweep's decision at the next budget above ``B`` searched, whose plan, within ``B``, is on
-the front; with a preference other than the least step time the lookup reads every GPU
-and cost level, where a decision reads the least-step-time plans of its pairs. README
-(``scripts/bench_hippo.py``): the same requests decided before the front and read from it.
+The lookup reads the front the sweep's decisions found, not the exact one: it is not
+proven to equal the decision it replaces (that decision ranks and prunes the pairs under
+its own budgets, and places each within the period precision of its least period), and
+where a sweep's decision ran out, a later decision, starting from what the sweep found,
+can do better (a front whose decisions ran out is therefore not kept). README
+(``scripts/bench_hippo.py``): the same requests decided before the front and read off it.
 """
 
 from __future__ import annotations

@@ -299,14 +299,16 @@ class _Runs:
                 return found.period
         return math.inf
 
-    def descend(self, high: float, misses: int = DESCENT_MISSES) -> float:
+    def descend(self, high: float, misses: int | None = None) -> float:
         """The least period of the plans that dives (:meth:`solvers.chain.Chain.dive`) find
         at periods a step below the last one tried, starting below ``high``: after a plan,
         below its period (with the first of ``DESCENT_STEPS``, by that step doubled after
         each plan, up to ``DESCENT_STRIDE_MAX``, and after a dive at a doubled step that
         finds none, by the step again; the finer steps stay fixed); after ``misses`` dives
         in a row at the step that find none (which proves nothing), again below the last
-        plan's with the next of ``DESCENT_STEPS``; ``DESCENT_DIVES`` dives at most."""
+        plan's with the next of ``DESCENT_STEPS`` (``misses`` None: ``DESCENT_MISSES``);
+        ``DESCENT_DIVES`` dives at most."""
+        misses = DESCENT_MISSES if misses is None else misses
         dives = 0
         for step in DESCENT_STEPS:
             tried, missed, stride = high, 0, step
@@ -416,7 +418,7 @@ def place(tables: PairTables, budgets: Budgets, hints: Iterable[Plan] = (),
                 memory.answers.append((runs.gpus, runs.cost, precision, None))
                 return _placement(tables, None, runs.runs)
             high = found.period
-        high = runs.descend(high, KNOWN_DESCENT_MISSES if known else DESCENT_MISSES)
+        high = runs.descend(high, KNOWN_DESCENT_MISSES if known else None)
         low = runs.floor()
         while high - low > precision * high:
             mid = (max(low, runs.cut_below(high, precision)) + high) / 2

@@ -18,8 +18,11 @@ On generated instances (the generator's full search space, one per topology and 
 - a front: ``Scheduler.front`` (the budget sweep), its wall time and decisions;
 - from the front: after it, requests of a random preference and GPU budget (a cost budget
   half of the time) on the same state, which the scheduler reads off the front it built
-  (:mod:`rl.front_book`); and the "new budget" requests asked again, read off the front:
-  their step times against those the decisions before the front found.
+  (:mod:`rl.front_book`; those it decides instead, where no point is within the budgets
+  or the front was not kept, are counted apart), each also decided by a second
+  scheduler that keeps no front (the lower level's memory is the process's, so it is as
+  warm): the scalarised cost ``J`` of their best plans compared; and the "new budget"
+  requests read off the front: their step times against the decisions' before it.
 
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
 hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
@@ -40,6 +43,7 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.presets import model_preset
+from formulation.reward import preference, scalarised_cost
 from formulation.schema import (
     SEED,
     SEED_MAX,
@@ -108,6 +112,9 @@ def _bench(args: argparse.Namespace) -> None:
     decisions = []
     # the "new budget" requests' step times, decided before the front / read off it
     before, looked_up = [], []
+    fresh = Scheduler(args.checkpoint)  # keeps no front: decides what the first reads
+    costs = []  # (J read off the front, J decided) of the requests after the front
+    fell_back = 0  # requests after the front that it did not answer
     warm_up = generate_instance(min(args.domains, 10), args.model, 800_000, "random")
     scheduler.front(warm_up, settings=settings)
     for seed in args.seeds:
@@ -121,23 +128,24 @@ def _bench(args: argparse.Namespace) -> None:
             limits = BudgetRange.of(instance)
 
             def timed(state, kind: str, budgets: Budgets | None = None,
-                      limits: BudgetRange = limits) -> Budgets:
+                      limits: BudgetRange = limits) -> tuple[Budgets, list]:
                 if budgets is None:
                     budgets = Budgets() if rng.random() < 0.5 else Budgets(gpus=int(
                         rng.integers(limits.least_gpus, limits.free_gpus + 1)))
                 start = time.perf_counter()
+                candidates = []
                 with contextlib.suppress(NoPlanWithinBudget):
-                    scheduler.plans(state, (1.0, 0.0, 0.0), budgets, settings)
+                    candidates = scheduler.plans(state, (1.0, 0.0, 0.0), budgets, settings)
                 times[kind].append(time.perf_counter() - start)
-                return budgets
+                return budgets, candidates
 
             scheduler.env.caches.clear()
-            asked = [timed(instance, "cold decision")]
+            asked = [timed(instance, "cold decision")[0]]
             new_budgets = []
             for _ in range(args.repeats):
                 new_budgets.append(timed(instance, "warm, new budget", Budgets(gpus=int(
                     rng.integers(limits.least_gpus, limits.free_gpus + 1)))))
-            asked += new_budgets
+            asked += [budgets for budgets, _ in new_budgets]
             for _ in range(args.repeats):
                 timed(instance, "warm, same request", asked[int(rng.integers(len(asked)))])
             for _ in range(args.repeats):
@@ -150,38 +158,61 @@ def _bench(args: argparse.Namespace) -> None:
             front = scheduler.front(instance, settings=settings)
             times["front"].append(time.perf_counter() - start)
             decisions.append(front.provenance["decisions"])
+            key = scheduler._front_key(instance, settings)
+            scale = scheduler.env.cache_of(instance).scale
             for _ in range(args.repeats):
-                weights = rng.dirichlet(np.ones(3))
+                weights = preference(rng.dirichlet(np.ones(3)))
                 budgets = Budgets(gpus=int(rng.integers(limits.least_gpus,
                                                         limits.free_gpus + 1)))
                 if rng.random() < 0.5:
                     budgets = Budgets(gpus=budgets.gpus, cost=float(
                         rng.uniform(0, 1) * max(p.objectives[2] for p in front.points)))
+                if scheduler.fronts.answer(key, weights, budgets,
+                                           scheduler.multipliers) is None:
+                    fell_back += 1
+                    continue
                 start = time.perf_counter()
-                with contextlib.suppress(NoPlanWithinBudget):
-                    scheduler.plans(instance, weights, budgets, settings)
+                read = scheduler.plans(instance, weights, budgets, settings)
                 times["from the front"].append(time.perf_counter() - start)
-            for budgets in new_budgets:
-                pairs = [_fastest(instance, scheduler.plans(instance, (1.0, 0.0, 0.0), budgets,
-                                                  settings)),
-                         _fastest(instance, scheduler.fronts.answer(
-                             scheduler._front_key(instance, settings),
-                             np.array([1.0, 0.0, 0.0]), budgets, scheduler.multipliers))]
-                if all(step < np.inf for step in pairs):
-                    before.append(pairs[0])
-                    looked_up.append(pairs[1])
+                with contextlib.suppress(NoPlanWithinBudget):
+                    decided = fresh.plans(instance, weights, budgets, settings)
+                    costs.append((_least_cost(instance, read, weights, scale),
+                                  _least_cost(instance, decided, weights, scale)))
+            for budgets, candidates in new_budgets:
+                read = scheduler.fronts.answer(key, np.array([1.0, 0.0, 0.0]), budgets,
+                                               scheduler.multipliers)
+                if candidates and read:
+                    before.append(_fastest(instance, candidates))
+                    looked_up.append(_fastest(instance, read))
             print(f"{instance.name}: front of {len(front.points)} points, "
                   f"{front.provenance['decisions']} decisions, "
                   f"{times['front'][-1]:.2f} s", flush=True)
     for kind, values in times.items():
         print(f"{kind:19s} {percentiles(values)}")
     print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
-    if before:
-        ratio = np.asarray(looked_up) / np.asarray(before) - 1
-        print(f"new budgets read off the front against decided before it (n = {len(ratio)}): "
-              f"faster {np.mean(ratio < -1e-9):.1%}, the same {np.mean(abs(ratio) <= 1e-9):.1%}"
-              f", slower {np.mean(ratio > 1e-9):.1%} (median {np.median(ratio):+.2%}, "
-              f"at most {max(ratio.max(), 0):.2%} slower, {abs(min(ratio.min(), 0.0)):.2%} faster)")
+    print(f"requests after the front decided instead of read off it: {fell_back}")
+    _compare("requests after the front, J read off it against decided", costs)
+    _compare("new budgets, step time read off the front against decided before it",
+             list(zip(looked_up, before, strict=True)))
+
+
+def _compare(what: str, pairs: list[tuple[float, float]]) -> None:
+    """How a figure read off the front compares with the decision's (lower is better)."""
+    if not pairs:
+        return
+    ratio = np.asarray([a / b - 1 for a, b in pairs])
+    print(f"{what} (n = {len(ratio)}): better {np.mean(ratio < -1e-9):.1%}, "
+          f"the same {np.mean(abs(ratio) <= 1e-9):.1%}, worse {np.mean(ratio > 1e-9):.1%} "
+          f"(at most {max(ratio.max(), 0.0):.2%} worse, {abs(min(ratio.min(), 0.0)):.2%} "
+          "better)")
+
+
+def _least_cost(instance, candidates, weights, scale) -> float:
+    """The least scalarised cost J (:func:`formulation.reward.scalarised_cost`) among a
+    decision's candidate plans."""
+    plans = [plan for plan, _ in candidates]
+    objectives = evaluate_plans(instance, plans).objectives
+    return float(scalarised_cost(objectives, weights, scale).min())
 
 
 def _fastest(instance, candidates) -> float:

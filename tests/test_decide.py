@@ -589,6 +589,7 @@ def test_a_state_with_a_front_answers_later_requests_from_it(checkpoint: Path,
 
     scheduler = Scheduler(checkpoint)
     front = scheduler.front(instance)
+    assert front.provenance["answers_later_requests"]
     points = [(p.plan, p.objectives) for p in front.points]
     assert len(points) >= 3
     searched = []
@@ -627,7 +628,28 @@ def test_a_state_with_a_front_answers_later_requests_from_it(checkpoint: Path,
         searched.clear()
         scheduler.plans(state, (1, 0, 0), budget, settings)
         assert searched
+    # a request cut short before the front is resumed by a decision, not read off it
+    request = scheduler._request(instance, (1, 0, 0), budget, HIERARCHICAL)
+    scheduler.answers[request] = candidates
+    scheduler.cut_short.add(request)
+    searched.clear()
+    assert scheduler.resume(instance, (1, 0, 0), budget) is not None
+    assert searched
     scheduler.forget()
     searched.clear()
     scheduler.plans(instance, (1, 0, 0), Budgets(gpus=budget.gpus + 1))
     assert searched
+
+
+def test_a_front_whose_decisions_ran_out_or_of_another_sweep_is_not_kept(
+        checkpoint: Path, instance: Instance):
+    """A front whose sweep had a decision run out of its work, or that is not the default
+    sweep (other preferences), answers no later request: those are decided."""
+    for scheduler, settings, kwargs in (
+            (Scheduler(checkpoint), DecisionSettings(lower_work=2_000), {}),
+            (Scheduler(checkpoint), HIERARCHICAL, {"preferences": [(0.5, 0.5, 0.0)]})):
+        front = scheduler.front(instance, settings=settings, **kwargs)
+        assert front.points and not front.provenance["answers_later_requests"]
+        key = scheduler._front_key(instance, settings)
+        assert scheduler.fronts.answer(key, np.ones(3) / 3, Budgets(),
+                                       scheduler.multipliers) is None

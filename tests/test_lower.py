@@ -414,12 +414,13 @@ def test_the_descent_doubles_its_coarse_step_after_each_plan(monkeypatch):
     assert doubled_dives < plain_dives
 
 
-def test_the_descent_steps_by_its_rule(monkeypatch):
+@pytest.mark.parametrize("misses", [None, 1])
+def test_the_descent_steps_by_its_rule(monkeypatch, misses):
     """The descent's periods, with dives scripted to find a plan at the period asked down to
     0.48 and none below: the coarse step doubles after each plan (5, 10, 20, 40 %), falls
     back to 5 % below the last plan after a miss at a doubled step (not a miss counted),
-    ends after ``DESCENT_MISSES`` misses at 5 %, then goes on from the last plan in 1 %
-    steps until as many misses there."""
+    ends after ``misses`` misses at 5 % (None: ``DESCENT_MISSES``, 3 here; 1 from a known
+    plan), then goes on from the last plan in 1 % steps until as many misses there."""
     import types
 
     import rl.lower as lower
@@ -439,7 +440,8 @@ def test_the_descent_steps_by_its_rule(monkeypatch):
     monkeypatch.setattr(lower, "DESCENT_DIVES", 100)
     forget()
     runs = lower._Runs(all_pair_tables(Instance.load(QUICK[0]))[0], Budgets(), None)
-    end = runs.descend(1.0)
+    end = runs.descend(1.0, misses)
+    count = 3 if misses is None else misses
     want, high, stride = [], 1.0, 0.05
     while True:  # the coarse phase, by the rule
         tried = high * (1 - stride)
@@ -450,16 +452,16 @@ def test_the_descent_steps_by_its_rule(monkeypatch):
             stride = 0.05
         else:
             break
-    want += [high * 0.95 ** 2, high * 0.95 ** 3]  # two more misses at 5 %
+    want += [high * 0.95 ** q for q in range(2, count + 1)]  # the further misses at 5 %
     fine = high
     while fine * 0.99 >= 0.48:
         fine *= 0.99
         want.append(fine)
-    want += [fine * 0.99 ** q for q in (1, 2, 3)]
+    want += [fine * 0.99 ** q for q in range(1, count + 1)]
     assert asked == pytest.approx(want, rel=1e-12)
     assert end == pytest.approx(fine, rel=1e-12)
     assert want[:4] == pytest.approx([0.95, 0.855, 0.684, 0.4104])
-    assert len(want) - want.index(high * 0.95 ** 3) > 5  # plans in the fine phase too
+    assert len(want) - want.index(high * 0.95 ** count) > 5  # plans in the fine phase too
 
 
 def test_a_placement_stopped_in_a_run_bisects_above_that_run_the_next_time(monkeypatch):
@@ -575,16 +577,17 @@ def test_each_placement_tracks_only_the_domains_its_own_plans_overused():
 
 
 def test_a_placement_from_a_known_plan_descends_with_one_miss_a_step(monkeypatch):
-    """A placement that starts from a plan already known (a hint, or an earlier decision's
-    on the state) descends with one miss a step, a cold one with ``DESCENT_MISSES``; with
-    dives scripted as in the test above, one miss ends each step; and the placement from
-    a known plan ends within the period precision of the cold one."""
+    """A placement that starts from a plan already known (here a hint: the first plan of
+    an open run, far above the least period) descends with one miss a step, a cold one
+    with ``DESCENT_MISSES`` (the test above: what one miss does); from that far start it
+    still ends within the period precision of the cold placement."""
     import rl.lower as lower
+    from solvers.chain import OPEN
 
     misses = []
     real = lower._Runs.descend
 
-    def spy(self, high, missed=lower.DESCENT_MISSES):
+    def spy(self, high, missed=None):
         misses.append(missed)
         return real(self, high, missed)
 
@@ -593,8 +596,12 @@ def test_a_placement_from_a_known_plan_descends_with_one_miss_a_step(monkeypatch
     tables = max(all_pair_tables(instance), key=lambda t: t.layers * t.micro_batches)
     forget()
     cold = place(tables, Budgets())
-    assert cold.plan is not None and misses == [lower.DESCENT_MISSES]
+    assert cold.plan is not None and misses == [None]
     forget()
-    warm = place(tables, Budgets(), hints=[cold.plan])
-    assert misses[1:] == [1]
+    chain = chain_of(tables)
+    start = chain.run(chain.caps(None, None), OPEN, feasibility=True)
+    assert start is not None and start.values.step_time_s > cold.step_time_s * 1.1
+    forget()
+    warm = place(tables, Budgets(), hints=[choices_plan(tables, start.choices)])
+    assert misses[1:] == [lower.KNOWN_DESCENT_MISSES] == [1]
     assert warm.step_time_s <= cold.step_time_s * (1 + PERIOD_PRECISION)
