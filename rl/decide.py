@@ -556,13 +556,14 @@ class Scheduler:
         ran_out = []  # per decision of the sweep, whether its lower level ran out
 
         def decide(weights, budgets: Budgets) -> list[tuple[Plan, float]]:
+            request = self._request(instance, weights, budgets, settings)
+            answered = request in self.answers  # before the sweep: cut short or not
             try:
                 out = self.plans(instance, weights, budgets, settings)
             except NoPlanInTime:
                 ran_out.append(True)
                 raise
-            ran_out.append(self._request(instance, weights, budgets, settings)
-                           in self.cut_short)
+            ran_out.append(request in self.cut_short if answered else self._lower_ran_out)
             return out
 
         def resumed(weights, budgets: Budgets) -> list[tuple[Plan, float]] | None:
