@@ -195,7 +195,7 @@ def _baseline(name: str, genetic: bool) -> Callable[..., MethodRun]:
 
 @dataclass(frozen=True)
 class HippoOptions(MethodOptions):
-    """How Hi-PPO decides (:class:`rl.decide.DecisionSettings`: a None field keeps
+    """How Hi-PPO decides (:class:`rl.decision_settings.DecisionSettings`: a None field keeps
     rl.decide's default; ``samples``, ``polish`` and ``starts`` are always passed) and which
     checkpoint it loads."""
 
@@ -228,7 +228,7 @@ class HippoOptions(MethodOptions):
     (:meth:`rl.decide.Scheduler.resume`)."""
 
     def decision_settings(self) -> dict:
-        """The fields of :class:`rl.decide.DecisionSettings` these options set."""
+        """The fields of :class:`rl.decision_settings.DecisionSettings` these options set."""
         names = ("pairs", "lower_time", "lower_work", "exhaust", "policy_plan", "samples",
                  "polish", "starts")
         settings = {name: value for name in names if (value := getattr(self, name)) is not None}
@@ -311,7 +311,7 @@ _SCHEDULERS: dict[str, object] = {}  # loaded policies, one per checkpoint and p
 def _hippo(instance: Instance, seed: int, normalisation: dict | None, options: HippoOptions,
            preferences: tuple) -> MethodRun:
     from formulation.evaluator import evaluate_plans
-    from rl.decide import DecisionSettings
+    from rl.decision_settings import DecisionSettings
     from rl.env import NoPlanWithinBudget
     from rl.masks import NO_BUDGETS
     from rl.sweep import SWEEP_PREFERENCES, sweep_front
@@ -432,7 +432,7 @@ def _hippo_replan(instance: Instance, seed: int, options: HippoOptions) -> Plan 
     lower level held to the DP work of ``HIPPO_REPLAN_BOUND_S`` (counted, not timed, so
     that the decision does not depend on the machine)."""
     from formulation.evaluator import evaluate_plans
-    from rl.decide import DecisionSettings
+    from rl.decision_settings import DecisionSettings
     from rl.env import NoFeasiblePlan
 
     scheduler = _hippo_scheduler(options)

@@ -54,7 +54,8 @@ from formulation.schema import (
     run_cli,
 )
 from instances.generate import MAX_DOMAINS, MIN_DOMAINS, generate_instance
-from rl.decide import DEFAULT_CHECKPOINT, HIERARCHICAL, DecisionSettings, Scheduler
+from rl.decide import DEFAULT_CHECKPOINT, Scheduler
+from rl.decision_settings import HIERARCHICAL, DecisionSettings
 from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.masks import Budgets
 from rl.tasks import BudgetRange, perturb

@@ -16,14 +16,8 @@ from formulation.plan import Plan, Stage
 from formulation.result import evaluate
 from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
-from rl.decide import (
-    DEFAULT_CHECKPOINT,
-    HIERARCHICAL,
-    POLICY_ONLY,
-    DecisionSettings,
-    Scheduler,
-    parse_weights,
-)
+from rl.decide import DEFAULT_CHECKPOINT, Scheduler, parse_weights
+from rl.decision_settings import HIERARCHICAL, POLICY_ONLY, DecisionSettings
 from rl.env import InstanceStatics, NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import NO_BUDGETS, Budgets

@@ -9,7 +9,7 @@ import pytest
 from formulation.instance import Instance
 from formulation.result import evaluate
 from instances.suites import FRONTS_DIR, SUITES_DIR
-from rl.decide import DecisionSettings
+from rl.decision_settings import DecisionSettings
 from rl.lower import (
     PERIOD_PRECISION,
     Allowance,
