@@ -8,7 +8,9 @@ On generated instances (the generator's full search space, one per topology and 
 
 - cold start: what the agent builds for an instance state it has not seen (the pairs'
   tables, the single-domain plans, the reward bases, the masks' rules), alone;
-- cold decision: the first decision on that state (cold start included);
+- cold decision: the first decision on that state (cold start included), made
+  ``--repeats`` / 5 times (at least once), each after the scheduler forgot everything
+  (:meth:`~rl.decide.Scheduler.forget`, and its instance caches);
 - after a bandwidth change: every WAN link's bandwidth scaled within +-30 % (the lower
   level places the stages by the new delays: its DP runs start cold);
 - after a load change: every domain's free GPUs moved within +-20 %;
@@ -140,8 +142,10 @@ def _bench(args: argparse.Namespace) -> None:
                 times[kind].append(time.perf_counter() - start)
                 return budgets, candidates
 
-            scheduler.env.caches.clear()
-            asked = [timed(instance, "cold decision")[0]]
+            for _ in range(max(1, args.repeats // 5)):
+                scheduler.forget()
+                scheduler.env.caches.clear()
+                asked = [timed(instance, "cold decision")[0]]  # the one remembered
             new_budgets = []
             for _ in range(args.repeats):
                 new_budgets.append(timed(instance, "warm, new budget", Budgets(gpus=int(
