@@ -112,9 +112,9 @@ DESCENT_DIVES = 48
 DESCENT_MISSES = 3
 # From a plan already known (a hint, a kept plan from the state before, an earlier
 # decision's on the state) one miss a step: such a plan is mostly near the least period,
-# and the misses below it cost a bound table each. The same fronts on the six generated
-# 70B instances of scripts/bench_hippo.py, 8-12 % faster; the held-out suite's fronts
-# 1.77 / 1.96 s -> 1.54 / 1.62 s at the median, the same coverage (README)
+# and the misses below it cost a bound table each. The held-out suite's fronts went from
+# 1.77 / 1.96 s to 1.54 / 1.62 s at the median with the same coverage, and
+# scripts/bench_hippo.py's from 3.88-3.94 s to 3.36 s (README)
 KNOWN_DESCENT_MISSES = 1
 # The coarse step doubles after each plan, up to this, and falls back to the step after a
 # dive that finds none: the first plan's period can be several times the least (the open
