@@ -33,7 +33,8 @@ budgets (:mod:`solvers.local_search`; the decision latency includes it). ``--hea
 draws the cross-domain traffic (GB per step between domains).
 
 :class:`Scheduler` is the API; :meth:`Scheduler.front` builds a front by budget sweeps
-(:func:`rl.sweep.sweep_front`); the explanations are :mod:`rl.explain`'s.
+(:func:`rl.sweep.sweep_front`) and keeps it, so that later requests on the state are read
+off it (:mod:`rl.front_book`); the explanations are :mod:`rl.explain`'s.
 """
 
 from __future__ import annotations
