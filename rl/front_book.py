@@ -53,9 +53,6 @@ class FrontBook:
         self.states = states
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
 
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._entries
-
     def add(self, key: Hashable, instance: Instance, plans: Sequence[Plan],
             scale: RewardScale) -> None:
         """Keep the front ``plans`` of the state and settings ``key`` (any earlier one of
