@@ -40,6 +40,7 @@ off it (:mod:`rl.front_book`); the explanations are :mod:`rl.explain`'s.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from dataclasses import dataclass
@@ -171,6 +172,12 @@ class Scheduler:
         self.cut_short.clear()
         self.latest.clear()
         self.env.caches.clear()
+        # what the process holds now (the imports: torch, numba, pyomo; about 260,000
+        # objects) is never cyclic garbage a decision makes: a full collection walked it
+        # all, 110-130 ms inside a decision at the p99 of scripts/bench_hippo.py's kinds
+        # (a generation-2 collection falls due every few hundred decisions)
+        gc.collect()
+        gc.freeze()
         _WARMED_UP.append(True)
 
     def forget(self) -> None:

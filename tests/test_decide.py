@@ -647,3 +647,15 @@ def test_a_front_whose_decisions_ran_out_or_of_another_sweep_is_not_kept(
         key = scheduler._front_key(instance, settings)
         assert scheduler.fronts.answer(key, np.ones(3) / 3, Budgets(),
                                        scheduler.multipliers) is None
+
+
+def test_the_first_scheduler_freezes_what_the_process_holds(checkpoint: Path):
+    """After its warm-up the process's objects (the imports) are frozen out of the garbage
+    collector's full collections, which walked them all inside decisions (README)."""
+    import gc
+
+    Scheduler(checkpoint)
+    assert gc.get_freeze_count() > 0
+    frozen = gc.get_freeze_count()
+    Scheduler(checkpoint)  # once per process: nothing frozen again
+    assert gc.get_freeze_count() == frozen
