@@ -136,13 +136,6 @@ DESCENT_STRIDE_MAX = 0.4
 # a dive at a high period costs several times one at a low one (larger layer caps)
 OPENING_DIVES = (1.5, 3.0, 6.0)
 MIN_STEP = (1.0, 0.0, 0.0)  # DP weights: least S (the period is capped, not weighed)
-# The least-S run at the found period may spend at most this much DP work (about 10 ms);
-# past it the placement keeps the best plan the bisection found, whose period is settled
-# within the precision. Those runs are heavy-tailed: on three generated K = 20 70B fronts
-# the slowest 30 of 554 took half of their time and improved their plans by at most
-# 0.5 %; capped, scripts/bench_hippo.py's fronts took 2.70 s instead of 3.38 s at the
-# median, each point within 0.5 % of the uncapped front's in 98-100 % (scratch runs)
-LEAST_S_WORK = 70_000
 
 
 class Allowance:
@@ -354,8 +347,8 @@ class _Runs:
         """The best plan found within the budgets (the first of equals)."""
         return min(self.found, key=lambda terms: terms.values.step_time_s, default=None)
 
-    def at(self, period: float, feasibility: bool, value_cap: float = math.inf,
-           most_work: int = UNLIMITED_WORK) -> Terms | None:
+    def at(self, period: float, feasibility: bool, value_cap: float = math.inf
+           ) -> Terms | None:
         """A plan of the relaxation with period at most ``period`` (with ``feasibility``,
         any; otherwise the one of least S below ``value_cap``), repaired: None if there is
         none. A plan that
@@ -367,7 +360,6 @@ class _Runs:
             allowance = self.allowance
             work, deadline = (UNLIMITED_WORK, math.inf) if allowance is None \
                 else allowance.next_run()
-            work = min(work, most_work)
             self.runs += 1
             caps = self.caps()
             before = chain.work
@@ -435,12 +427,7 @@ def place(tables: PairTables, budgets: Budgets, hints: Iterable[Plan] = (),
                 low = mid
             else:
                 high = min(mid, found.period)
-        try:
-            runs.at(high * (1 + 1e-9), False, value_cap=runs.least_s(high * (1 + 1e-9)),
-                    most_work=LEAST_S_WORK)
-        except LabelBudgetExceeded:
-            if runs.allowance is not None and runs.allowance.spent():
-                raise
+        runs.at(high * (1 + 1e-9), False, value_cap=runs.least_s(high * (1 + 1e-9)))
     except (LabelBudgetExceeded, OutOfTime):  # out of time: keep what was found
         return _placement(tables, runs.best, runs.runs)
     memory.answers.append((runs.gpus, runs.cost, precision, runs.best))

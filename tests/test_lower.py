@@ -20,7 +20,7 @@ from rl.lower import (
     search,
 )
 from rl.masks import COST_TOLERANCE, Budgets
-from solvers.chain import UNLIMITED_WORK, chain_of
+from solvers.chain import chain_of
 from solvers.front import Front
 from solvers.tables import all_pair_tables, choices_plan, plan_choices
 
@@ -126,8 +126,6 @@ def test_the_least_s_run_with_its_incumbent_gives_the_same_placements(path, monk
                              Budgets(gpus=int(gpus), cost=cost)))
         return out
 
-    # uncapped: without its incumbent the run does more work than LEAST_S_WORK allows
-    monkeypatch.setattr(rl.lower, "LEAST_S_WORK", UNLIMITED_WORK)
     capped = placements()
     monkeypatch.setattr(rl.lower._Runs, "least_s", lambda self, period: float("inf"))
     assert [p.plan for p in placements()] == [p.plan for p in capped]
@@ -607,44 +605,3 @@ def test_a_placement_from_a_known_plan_descends_with_one_miss_a_step(monkeypatch
     warm = place(tables, Budgets(), hints=[choices_plan(tables, start.choices)])
     assert misses[1:] == [lower.KNOWN_DESCENT_MISSES] == [1]
     assert warm.step_time_s <= cold.step_time_s * (1 + PERIOD_PRECISION)
-
-
-def test_a_least_s_run_past_its_work_cap_keeps_the_bisections_plan(monkeypatch):
-    """The least-S run at the settled period may do at most ``LEAST_S_WORK``: past it the
-    placement keeps the best plan the bisection found (no faster than the uncapped
-    placement's, within its period precision) and is remembered as an answer; where the
-    decision's own allowance runs out in that run, it is not."""
-    import rl.lower
-
-    instance = Instance.load(QUICK[1])
-    pair = all_pair_tables(instance)[0]
-    forget()
-    least_s = {}  # the least-S run's work: the chain's before it and its own
-    at = rl.lower._Runs.at
-
-    def recorded(self, period, feasibility, value_cap=float("inf"), **kwargs):
-        if feasibility:
-            return at(self, period, feasibility, value_cap, **kwargs)
-        least_s["before"] = self.chain.work
-        try:
-            return at(self, period, feasibility, value_cap, **kwargs)
-        finally:
-            least_s["work"] = self.chain.work - least_s["before"]
-
-    monkeypatch.setattr(rl.lower._Runs, "at", recorded)
-    full = place(pair, Budgets())
-    assert full.plan is not None and least_s["work"] > 1
-    before = least_s["before"]  # the chain was made cold: the placement's work before it
-    monkeypatch.setattr(rl.lower, "LEAST_S_WORK", 1)
-    forget()
-    capped = place(pair, Budgets())
-    assert least_s["work"] >= 1 and capped.plan is not None
-    assert full.step_time_s <= capped.step_time_s
-    runs = chain_of(pair).runs
-    assert place(pair, Budgets()).runs == 0 and chain_of(pair).runs == runs  # remembered
-    # the decision's allowance ends inside the least-S run: a placement cut short
-    monkeypatch.setattr(rl.lower, "LEAST_S_WORK", 10 ** 12)
-    forget()
-    short = place(pair, Budgets(), allowance=Allowance(work=before + 1))
-    assert short.plan == capped.plan  # the same runs before it, then cut
-    assert place(pair, Budgets()).runs >= 1  # not remembered: placed again
