@@ -16,7 +16,7 @@ the hypervolume it had reached over time.
 
 ``exact`` is the reference itself (the committed exact front; no run; online, the exact
 engine's least step time of each state within a time limit). ``hippo`` is the
-learned scheduler (:mod:`rl.decide`), scored with the shipped checkpoint or ``--checkpoint``;
+learned scheduler (:mod:`rl.scheduler`), scored with the shipped checkpoint or ``--checkpoint``;
 where neither exists, or the package ``rl`` is missing, the evaluation reports it as not
 scored instead of scoring it.
 """
@@ -225,7 +225,7 @@ class HippoOptions(MethodOptions):
     resume: bool = True
     """After the sweep, each of its decisions whose lower level ran out of time or work
     with plans found decided once more, from where it stopped
-    (:meth:`rl.decide.Scheduler.resume`)."""
+    (:meth:`rl.scheduler.Scheduler.resume`)."""
 
     def decision_settings(self) -> dict:
         """The fields of :class:`rl.decision_settings.DecisionSettings` these options set."""
@@ -415,7 +415,7 @@ def _baseline_replan(name: str, genetic: bool) -> Callable[..., Plan | None]:
 
 def _hippo_scheduler(options: HippoOptions):
     """The loaded policy of the options' checkpoint (one per checkpoint and process)."""
-    from rl.decide import DEFAULT_CHECKPOINT, Scheduler
+    from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
 
     checkpoint = options.checkpoint or str(DEFAULT_CHECKPOINT)
     scheduler = _SCHEDULERS.get(checkpoint)

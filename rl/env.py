@@ -233,7 +233,7 @@ class InstanceCache:
         """The candidate pairs (indices into ``rules.candidates``) the masks do not offer
         within ``budgets``: those the completion test cannot start, those it cannot start
         within the budgets, and those beyond the agent's action codes. Their plans, if any,
-        only the lower level's DP finds (:meth:`rl.decide.Scheduler.plans`)."""
+        only the lower level's DP finds (:meth:`rl.scheduler.Scheduler.plans`)."""
         within = set(self.pairs_within(budgets))
         return [i for i in range(len(self.rules.candidates)) if i not in within]
 

@@ -1,4 +1,4 @@
-"""What a Hi-PPO decision says of its plan (:meth:`rl.decide.Scheduler.decide`): which
+"""What a Hi-PPO decision says of its plan (:meth:`rl.scheduler.Scheduler.decide`): which
 budget binds and by how much, which links, memory limits and GPU counts shaped the plan and
 what sets its 1F1B period, and a heatmap of its cross-domain traffic."""
 

@@ -4,7 +4,7 @@ Every decision minimises a cost that rises with the step time, the GPUs and the 
 cost alike (the reward's ``J``, :mod:`formulation.reward`; the soft step-time cap's penalty
 rises with the step time too, and a front's plans meet the WAN share cap, so theirs is 0),
 under budgets that cap the GPUs and the cost: its best plan is a point of the state's
-Pareto front within the budgets. Once :meth:`rl.decide.Scheduler.front` has swept a
+Pareto front within the budgets. Once :meth:`rl.scheduler.Scheduler.front` has swept a
 state's budgets, and none of the sweep's decisions ran out of time or work, the front it
 built answers any later request on that state, of any preference and budgets, by reading
 it: the best point within the budgets by the request's value (its reward less the soft

@@ -13,7 +13,7 @@ vector (the suites' seven fixed ones and ``random_preferences`` Dirichlet draws)
 ``polish`` best of them are improved by local search (:mod:`solvers.local_search`, on the
 same reward), and the best plan that the masks can build becomes a demonstration: the
 observations :class:`rl.env.PlanEnv` shows while :func:`rl.env.plan_actions` builds it.
-Budgeted demonstrations teach the budget sweep of :meth:`rl.decide.Scheduler.front`: for
+Budgeted demonstrations teach the budget sweep of :meth:`rl.scheduler.Scheduler.front`: for
 ``budget_levels`` GPU counts of the pooled plans' front, the fastest plan within that GPU
 budget (preference (1, 0, 0): the epsilon-constraint step), and for ``cost_levels`` of its
 points the fastest plan within its GPUs and a cost budget (its cost, or 0), each polished

@@ -1,6 +1,6 @@
 """Fronts by budget sweeps (issue 14, item 2): Hi-PPO's decisions under GPU and cost budgets
 that step down below each decision's plan, the epsilon-constraint method with decisions for
-solves (:meth:`rl.decide.Scheduler.front`, the evaluation's ``hippo`` method), and the
+solves (:meth:`rl.scheduler.Scheduler.front`, the evaluation's ``hippo`` method), and the
 regular grid of preference vectors the preference-sweep studies use."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def sweep_front(decide, cost_of, preferences, cost_steps: int = COST_STEPS,
 
     ``resume(weights, budgets)``, if given, decides again a request the sweep made whose
     lower level ran out of its time or work, going on from where it stopped (None where
-    it did not: :meth:`rl.decide.Scheduler.resume`); after the sweep, each decision that
+    it did not: :meth:`rl.scheduler.Scheduler.resume`); after the sweep, each decision that
     gave plans is resumed once, in the sweep's order, and its plans join the front (one
     that ran out with none ended its part of the sweep and is not). A sweep's budgets
     follow its plans, so a resumed decision's better plan does not move them: on the

@@ -10,7 +10,7 @@ On generated instances (the generator's full search space, one per topology and 
   tables, the single-domain plans, the reward bases, the masks' rules), alone;
 - cold decision: the first decision on that state (cold start included), made
   ``--repeats`` / 5 times (at least once), each after the scheduler forgot everything
-  (:meth:`~rl.decide.Scheduler.forget`, and its instance caches);
+  (:meth:`~rl.scheduler.Scheduler.forget`, and its instance caches);
 - after a bandwidth change: every WAN link's bandwidth scaled within +-30 % (the lower
   level places the stages by the new delays: its DP runs start cold);
 - after a load change: every domain's free GPUs moved within +-20 %;
@@ -56,10 +56,10 @@ from formulation.schema import (
     run_cli,
 )
 from instances.generate import MAX_DOMAINS, MIN_DOMAINS, generate_instance
-from rl.decide import DEFAULT_CHECKPOINT, Scheduler
 from rl.decision_settings import HIERARCHICAL, DecisionSettings
 from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.masks import Budgets
+from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
 from rl.tasks import BudgetRange, perturb
 
 TOPOLOGIES = ("random", "cn-hubs", "aws-10")

@@ -27,10 +27,10 @@ import numpy as np
 from formulation.instance import Instance
 from formulation.schema import SEED, CliParser, integer_arg, run_cli
 from instances.suites import FRONTS_DIR, SUITES, SUITES_DIR
-from rl.decide import DEFAULT_CHECKPOINT, Scheduler
 from rl.decision_settings import HIERARCHICAL
 from rl.lower import forget, place, search
 from rl.masks import COST_TOLERANCE, Budgets
+from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
 from solvers.front import Front
 
 MAX_PAIRS = 1_000

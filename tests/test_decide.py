@@ -16,11 +16,12 @@ from formulation.plan import Plan, Stage
 from formulation.result import evaluate
 from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
-from rl.decide import DEFAULT_CHECKPOINT, Scheduler, parse_weights
+from rl.decide import parse_weights
 from rl.decision_settings import HIERARCHICAL, POLICY_ONLY, DecisionSettings
 from rl.env import InstanceStatics, NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import NO_BUDGETS, Budgets
+from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
 from rl.sweep import sweep_front
 from rl.train import HiPPOConfig, train
 from solvers.tables import all_pair_tables
@@ -522,7 +523,7 @@ def test_a_lower_level_out_of_time_proves_nothing_and_is_not_kept(checkpoint: Pa
     """Where the masks offer no pair and the lower level's time runs out before its DP
     places one, the decision says so (not "no plan"), and a later request with time finds
     the plan; a state where not even one stage fits gives no plan from a new scheduler."""
-    from rl.decide import NoPlanInTime
+    from rl.scheduler import NoPlanInTime
 
     instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
     tight = instance.with_link_state(free_gpus=np.array([8, 1, 7, 7, 7]))
@@ -543,7 +544,7 @@ def test_a_scheduler_warms_up_before_its_first_decision():
     twice as slow as later ones'): the scheduler decides once, untimed, when it is made,
     and forgets that decision."""
     before, after = kernels_compiled_by(
-        "from rl.decide import Scheduler\n"
+        "from rl.scheduler import Scheduler\n"
         "s = Scheduler()\n"
         "assert not s.answers and not s.env.caches, 'the warm-up is forgotten'")
     assert not any(before) and all(after)
@@ -579,7 +580,7 @@ def test_a_state_with_a_front_answers_later_requests_from_it(checkpoint: Path,
     as a decision values them; the best of them for the least step time is the front's
     fastest within the GPU budget. A budget below every front point is decided; other
     settings, another state and a forgotten scheduler are not answered from it."""
-    import rl.decide as decide_module
+    import rl.scheduler as scheduler_module
 
     scheduler = Scheduler(checkpoint)
     front = scheduler.front(instance)
@@ -587,13 +588,13 @@ def test_a_state_with_a_front_answers_later_requests_from_it(checkpoint: Path,
     points = [(p.plan, p.objectives) for p in front.points]
     assert len(points) >= 3
     searched = []
-    real_search = decide_module.search
+    real_search = scheduler_module.search
 
     def spy(*args, **kwargs):
         searched.append(1)
         return real_search(*args, **kwargs)
 
-    monkeypatch.setattr(decide_module, "search", spy)
+    monkeypatch.setattr(scheduler_module, "search", spy)
     gpus = sorted({int(o[1]) for _, o in points})
     budget = Budgets(gpus=gpus[len(gpus) // 2])
     within = [(plan, o) for plan, o in points if o[1] <= budget.gpus]
