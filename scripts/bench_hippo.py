@@ -26,6 +26,11 @@ On generated instances (the generator's full search space, one per topology and 
   warm): the scalarised cost ``J`` of their best plans compared; and the "new budget"
   requests read off the front: their step times against the decisions' before it.
 
+It also times the garbage collector's collections that fall inside the timed decisions
+(their number, the full ones apart, the longest): the first scheduler of a process
+freezes what the process holds out of them (:class:`rl.scheduler.Scheduler`);
+``--unfreeze`` gives those objects back to the collector, as before, to compare.
+
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
 hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
 ``rl.decide``'s). One instance of another seed is decided first, untimed, as a running
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import sys
 import time
 from pathlib import Path
@@ -97,8 +103,41 @@ def main(argv: list[str] | None = None) -> int:
                         default=HIERARCHICAL.lower_time,
                         help="seconds from a decision's start until which the lower level "
                         "may run")
+    parser.add_argument("--unfreeze", action="store_true",
+                        help="give the objects the first scheduler froze back to the garbage "
+                        "collector (gc.unfreeze), to compare")
     args = parser.parse_args(argv)
     return run_cli(lambda: _bench(args))
+
+
+class Collections:
+    """The garbage collector's collections while :attr:`timing` is set: how many, how
+    many of them full (generation 2), and how long each took."""
+
+    def __init__(self):
+        self.timing = False
+        self.seconds: list[float] = []
+        self.full = 0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if not self.timing:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        self.seconds.append(time.perf_counter() - self._start)
+        self.full += info["generation"] == 2
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> str:
+        longest = 1e3 * max(self.seconds, default=0.0)
+        return (f"garbage collections inside timed decisions: {len(self.seconds)} "
+                f"({self.full} full), the longest {longest:.1f} ms, "
+                f"{1e3 * sum(self.seconds):.1f} ms in all")
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -109,6 +148,9 @@ def _bench(args: argparse.Namespace) -> None:
     settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time)
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint)
+    if args.unfreeze:
+        gc.unfreeze()
+    collections = Collections()
     times: dict[str, list[float]] = {key: [] for key in (
         "cold start", "cold decision", "bandwidth change", "load change",
         "warm, same request", "warm, new budget", "front", "from the front")}
@@ -136,11 +178,13 @@ def _bench(args: argparse.Namespace) -> None:
                 if budgets is None:
                     budgets = Budgets() if rng.random() < 0.5 else Budgets(gpus=int(
                         rng.integers(limits.least_gpus, limits.free_gpus + 1)))
+                collections.timing = True
                 start = time.perf_counter()
                 candidates = []
                 with contextlib.suppress(NoPlanWithinBudget):
                     candidates = scheduler.plans(state, (1.0, 0.0, 0.0), budgets, settings)
                 times[kind].append(time.perf_counter() - start)
+                collections.timing = False
                 return budgets, candidates
 
             for _ in range(max(1, args.repeats // 5)):
@@ -198,6 +242,8 @@ def _bench(args: argparse.Namespace) -> None:
     for kind, values in times.items():
         print(f"{kind:19s} {percentiles(values)}")
     print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
+    print(collections.summary())
+    collections.close()
     print(f"requests after the front decided instead of read off it: {fell_back}")
     _compare("requests after the front, J read off it against decided", costs)
     _compare("new budgets, step time read off the front against decided before it",

@@ -261,3 +261,24 @@ def test_every_flag_is_bounded_and_explained(name: str,
 def test_every_script_is_covered() -> None:
     assert {n for n, _, _ in BAD} == set(NAMES)
     assert len(NAMES) == 12  # the calibration is python -m formulation.calibration
+
+
+def test_bench_hippo_counts_the_collections_inside_timed_decisions_only():
+    """bench_hippo's garbage-collection count: the collections while it times, each once,
+    the full ones apart; none while it does not; its callback removed when closed."""
+    import gc
+
+    collections = _script("bench_hippo").Collections()
+    try:
+        gc.collect()  # not timing: not counted
+        assert collections.seconds == [] and collections.full == 0
+        collections.timing = True
+        gc.collect(0)
+        gc.collect()
+        collections.timing = False
+        assert len(collections.seconds) == 2 and collections.full == 1
+        assert all(t >= 0 for t in collections.seconds)
+        assert "2 (1 full)" in collections.summary()
+    finally:
+        collections.close()
+    assert collections._callback not in gc.callbacks
