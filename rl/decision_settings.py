@@ -1,7 +1,7 @@
 """How a Hi-PPO decision searches (:class:`DecisionSettings`), beyond the upper level's
 greedy episode: the lower level's pairs and limits, sampled and polished episodes, the
-policy's own plan. :mod:`rl.decide` makes the decisions; the evaluation and the scripts
-read the settings from here too."""
+policy's own plan. :mod:`rl.scheduler` makes the decisions; the evaluation, the scripts and
+``python -m rl.decide`` read the settings from here too."""
 
 from __future__ import annotations
 

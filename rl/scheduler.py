@@ -58,6 +58,7 @@ from solvers.local_search import local_search
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "hi_ppo.pt"
 MAX_ANSWERS = 4096  # decisions a scheduler remembers (about 1 kB each)
 _WARMED_UP: list[bool] = []  # whether this process made its warm-up decision
+_FROZEN: list[bool] = []  # whether a scheduler froze this process's objects (freeze_gc)
 
 
 class NoPlanInTime(NoPlanWithinBudget):
@@ -90,7 +91,16 @@ class PlanDecision:
 class Scheduler:
     """The trained policy behind a one-call decision API (loaded once, CPU, one thread)."""
 
-    def __init__(self, checkpoint: str | Path = DEFAULT_CHECKPOINT):
+    def __init__(self, checkpoint: str | Path = DEFAULT_CHECKPOINT, freeze_gc: bool = True):
+        """``freeze_gc``: after the warm-up decision (:meth:`_warm_up`), once per process,
+        collect the garbage and freeze what the process then holds out of the garbage
+        collector (``gc.freeze()``): the modules torch and numba bring, and whatever
+        else is alive. A full collection otherwise walks all of it, inside whichever
+        decision it falls (142 ms at the longest in a run of scripts/bench_hippo.py, 8-10
+        ms frozen; README). What is frozen is never collected: a cycle among those
+        objects that later becomes garbage stays. Pass False in a process whose other
+        threads hold work of their own at that moment (a threaded Dask worker); the
+        evaluation's workers are processes."""
         payload = load_checkpoint(checkpoint)  # checked: config, weights, multipliers
         self.policy: HiPPOPolicy = payload["policy"]
         self.policy.eval()
@@ -113,6 +123,10 @@ class Scheduler:
         self.fronts = FrontBook()
         torch.set_num_threads(1)
         self._warm_up()
+        if freeze_gc and not _FROZEN:
+            gc.collect()  # the garbage first: frozen, it would stay
+            gc.freeze()
+            _FROZEN.append(True)
 
     def _warm_up(self) -> None:
         """One decision, without a time limit, on a small generated instance, then forgotten:
@@ -128,12 +142,6 @@ class Scheduler:
         self.cut_short.clear()
         self.latest.clear()
         self.env.caches.clear()
-        # what the process holds now (the imports: torch, numba, pyomo; about 260,000
-        # objects) is never cyclic garbage a decision makes: a full collection walked it
-        # all, 110-130 ms inside a decision at the p99 of scripts/bench_hippo.py's kinds
-        # (a generation-2 collection falls due every few hundred decisions)
-        gc.collect()
-        gc.freeze()
         _WARMED_UP.append(True)
 
     def forget(self) -> None:

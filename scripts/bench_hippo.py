@@ -26,10 +26,11 @@ On generated instances (the generator's full search space, one per topology and 
   warm): the scalarised cost ``J`` of their best plans compared; and the "new budget"
   requests read off the front: their step times against the decisions' before it.
 
-It also times the garbage collector's collections that fall inside the timed decisions
-(their number, the full ones apart, the longest): the first scheduler of a process
-freezes what the process holds out of them (:class:`rl.scheduler.Scheduler`);
-``--unfreeze`` gives those objects back to the collector, as before, to compare.
+It also times the garbage collector's collections that fall inside the decisions timed
+above (not the front and the reads off it): their number, the full ones apart, the
+longest. The first scheduler of a process freezes what the process holds out of them
+(:class:`rl.scheduler.Scheduler`, ``freeze_gc``); with ``--unfreeze`` its schedulers do
+not, as before this round, to compare.
 
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
 hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
@@ -104,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds from a decision's start until which the lower level "
                         "may run")
     parser.add_argument("--unfreeze", action="store_true",
-                        help="give the objects the first scheduler froze back to the garbage "
-                        "collector (gc.unfreeze), to compare")
+                        help="schedulers that leave the process's objects to the garbage "
+                        "collector (freeze_gc=False), to compare")
     args = parser.parse_args(argv)
     return run_cli(lambda: _bench(args))
 
@@ -135,9 +136,10 @@ class Collections:
 
     def summary(self) -> str:
         longest = 1e3 * max(self.seconds, default=0.0)
-        return (f"garbage collections inside timed decisions: {len(self.seconds)} "
-                f"({self.full} full), the longest {longest:.1f} ms, "
-                f"{1e3 * sum(self.seconds):.1f} ms in all")
+        return (f"garbage collections inside the decisions timed (not the front's): "
+                f"{len(self.seconds)} ({self.full} full), the longest {longest:.1f} ms, "
+                f"{1e3 * sum(self.seconds):.1f} ms in all; objects frozen out of them: "
+                f"{gc.get_freeze_count():,}")
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -147,15 +149,14 @@ def _bench(args: argparse.Namespace) -> None:
         raise InputError(f"--model: {err.args[0]}") from None
     settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time)
     rng = np.random.default_rng(args.seed)
-    scheduler = Scheduler(args.checkpoint)
-    if args.unfreeze:
-        gc.unfreeze()
+    scheduler = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     collections = Collections()
     times: dict[str, list[float]] = {key: [] for key in (
         "cold start", "cold decision", "bandwidth change", "load change",
         "warm, same request", "warm, new budget", "front", "from the front")}
     decisions = []
-    fresh = Scheduler(args.checkpoint)  # keeps no front: decides what the first reads
+    # keeps no front: decides what the first reads
+    fresh = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     costs = []  # (J read off the front, J decided) of the requests after the front
     # (J read off the front, J decided before it) of the "new budget" requests: with the
     # preference (1, 0, 0), J is the step time over T_base
@@ -179,12 +180,15 @@ def _bench(args: argparse.Namespace) -> None:
                     budgets = Budgets() if rng.random() < 0.5 else Budgets(gpus=int(
                         rng.integers(limits.least_gpus, limits.free_gpus + 1)))
                 collections.timing = True
-                start = time.perf_counter()
-                candidates = []
-                with contextlib.suppress(NoPlanWithinBudget):
-                    candidates = scheduler.plans(state, (1.0, 0.0, 0.0), budgets, settings)
-                times[kind].append(time.perf_counter() - start)
-                collections.timing = False
+                try:
+                    start = time.perf_counter()
+                    candidates = []
+                    with contextlib.suppress(NoPlanWithinBudget):
+                        candidates = scheduler.plans(state, (1.0, 0.0, 0.0), budgets,
+                                                     settings)
+                    times[kind].append(time.perf_counter() - start)
+                finally:
+                    collections.timing = False
                 return budgets, candidates
 
             for _ in range(max(1, args.repeats // 5)):

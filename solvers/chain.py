@@ -189,18 +189,31 @@ class Chain:
             out.append(cap)
         return out[0], out[1]
 
-    def bound_tables(self, period: float) -> tuple[np.ndarray, np.ndarray]:
+    def table_units(self, caps: Caps) -> int:
+        """The most GPUs a segment of a plan under ``caps`` takes, in units of dp: the
+        bound tables of a run under a GPU cap need no row above it (:meth:`bound_tables`)."""
+        return min(self.units, caps.gpus // self.tables.dp)
+
+    def bound_tables(self, period: float, units: int | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """The completion bounds of :func:`solvers.label_kernels.completion` and the fewest
-        GPUs still needed, at ``period`` (valid at every smaller period: a table made at a
-        period up to ``TABLE_REUSE`` times larger is reused)."""
-        if self._tables is not None and period <= self._tables[0] <= period * TABLE_REUSE:
+        GPUs still needed, at ``period``, for segments of at most ``units * dp`` GPUs
+        (default: the most any plan's segment takes; see :meth:`table_units`). Valid at
+        every smaller period and for fewer units: a table made at a period up to
+        ``TABLE_REUSE`` times larger and for at least as many units is reused. A table for
+        a run's GPU cap is smaller (its rows grow with the units) and tighter under the cap
+        (a segment above it is no completion), which the tight GPU budgets of the decisions
+        after a change or on a new budget make most of (README)."""
+        units = self.units if units is None else units
+        if self._tables is not None and period <= self._tables[0] <= period * TABLE_REUSE \
+                and self._tables[1][0].shape[2] > units:
             return self._tables[1]
         t = self.tables
         cap, cap_first = self.layer_caps(period)
         cap, cap_first = cap[:, 0, :], cap_first[:, 0, :]  # no domain-dependent caps here
         rest = completion(period, t.layers, t.positions, t.num_domains, t.num_options, t.dp,
                           t.layer_time, t.first_time, self.gpus, cap, cap_first, self.free,
-                          t.delay, t.occupancy, self.units)
+                          t.delay, t.occupancy, units)
         gpus = least_gpus(t.layers, t.positions, t.num_options, self.gpus, cap, cap_first)
         self._tables = (period, (rest, gpus))
         return rest, gpus
@@ -217,7 +230,7 @@ class Chain:
         labels, ``work_budget`` units of work or the ``deadline`` (``time.perf_counter()``
         seconds) (:func:`~solvers.label_kernels.label_dp`)."""
         t = self.tables
-        inputs = self._inputs(period, allreduce, optimizer, tables_at)
+        inputs = self._inputs(period, allreduce, optimizer, tables_at, self.table_units(caps))
         cap, cap_first, wan_limit, rest, gpus = inputs
         marks = -np.ones(t.num_domains, dtype=np.int64)
         for i, k in enumerate(sorted(caps.critical)):
@@ -236,7 +249,7 @@ class Chain:
                        t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first,
                        self.free, t.delay, t.occupancy, float(wan_limit), self.cost,
                        np.asarray(weights, dtype=np.float64), caps.gpus, float(caps.cost),
-                       float(min(value_cap, 1e300)), rest, self.units, gpus,
+                       float(min(value_cap, 1e300)), rest, rest.shape[2] - 1, gpus,
                        self.gpus_left_max, self.cost_left_max, self.carry_floor,
                        int(self.gpus.min()), marks, len(caps.critical), int(label_budget),
                        int(work_budget), float(min(deadline, INF)), feasibility)
@@ -262,15 +275,17 @@ class Chain:
         dive of :func:`~solvers.label_kernels.probe` within ``candidates``, or None (which
         proves nothing). Its work is counted at ``1 / PROBE_SPEED`` unit a candidate."""
         return self._dive(caps, period, candidates,
-                          self._inputs(period, allreduce, optimizer, None))
+                          self._inputs(period, allreduce, optimizer, None,
+                                       self.table_units(caps)))
 
     def _inputs(self, period: float, allreduce: float, optimizer: float,
-                tables_at: float | None) -> tuple:
+                tables_at: float | None, units: int) -> tuple:
         """What the dive and the DP at ``period`` read: the layer caps (middle, first
-        stage), the WAN boundary limit, and the bound tables (made at ``tables_at``)."""
+        stage), the WAN boundary limit, and the bound tables (made at ``tables_at``, for
+        segments of at most ``units * dp`` GPUs)."""
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         wan_limit = period if self.share is None else min(period, self.share * period)
-        rest, gpus = self.bound_tables(period if tables_at is None else tables_at)
+        rest, gpus = self.bound_tables(period if tables_at is None else tables_at, units)
         return cap, cap_first, wan_limit, rest, gpus
 
     def _dive(self, caps: Caps, period: float, candidates: int, inputs: tuple
@@ -281,7 +296,7 @@ class Chain:
             float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
             t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first, self.free,
             t.delay, t.occupancy, float(wan_limit), self.cost, caps.gpus, float(caps.cost),
-            rest, self.units, gpus, int(candidates))
+            rest, rest.shape[2] - 1, gpus, int(candidates))
         self.work += -(-int(work) // PROBE_SPEED)
         if not found:
             return None

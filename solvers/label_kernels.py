@@ -64,15 +64,16 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
                cap, cap_first, free, delay, occupancy, units):
     """``F[j, k, u, l]``: the least ``sum c + 2 sum delta`` still to come after a stage at
     position j in domain k, with l layers placed and ``u * dp`` GPUs in the current segment of
-    k (``u`` at most ``units``; more reads as ``units``, a smaller value: the bound stays
-    valid). Relaxed: no windows, and a domain entered again has all its GPUs free.
-    ``F[j, ., ., L] = 0``; ``INF`` where no completion exists.
+    k, where no segment takes more than ``units * dp`` GPUs (the most any plan's segment
+    takes, its positions' or its domain's, or a run's GPU cap: a table for a cap is
+    smaller, and tighter under it). Relaxed: no windows, and a domain entered again has
+    all its GPUs free. ``F[j, ., ., L] = 0``; ``INF`` where no completion exists.
 
     Layers last, so that the inner loops over layers read one contiguous row. A segment
     whose domain keeps room for every stage still to come (``u * dp`` plus the most GPUs of
-    the stages after j within its free GPUs) meets no GPU check, so its row is that of
-    ``u = 0``: it is copied, not computed (a domain with twice the GPUs any plan holds has
-    only such rows)."""
+    the stages after j within its free GPUs and ``units * dp``) meets no GPU check, so its
+    row is that of ``u = 0``: it is copied, not computed (a domain with twice the GPUs any
+    plan holds has only such rows)."""
     f = np.full((positions, domains, units + 1, layers + 1), INF)
     f[:, :, :, layers] = 0.0
     most = gpus.max() if options > 0 else 0
@@ -107,13 +108,13 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
             for lo in range(layers):
                 row[lo] = INF
             for o in range(options):
-                if not keep[p, o] or gpus[o] > free[kk]:
+                if not keep[p, o] or gpus[o] > free[kk] or gpus[o] // dp > units:
                     continue
-                _next_stage(row, f[p, kk, min(gpus[o] // dp, units)], step_new[o],
+                _next_stage(row, f[p, kk, gpus[o] // dp], step_new[o],
                             first_time[o], cap[p, o], cap_first[p, o], layers)
         for k in range(domains):
             top = min(free[k] // dp, units)
-            room = free[k] - (positions - 1 - j) * most
+            room = min(free[k], units * dp) - (positions - 1 - j) * most
             low = min(room // dp, top) if room >= 0 else 0
             for lo in range(layers):
                 best[lo] = INF
@@ -127,9 +128,10 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
                 for lo in range(layers):
                     dst[lo] = best[lo]
                 for o in range(options):
-                    if not keep[p, o] or u * dp + gpus[o] > free[k]:
+                    if not keep[p, o] or u * dp + gpus[o] > free[k] \
+                            or u + gpus[o] // dp > units:
                         continue
-                    _next_stage(dst, f[p, k, min(u + gpus[o] // dp, units)], step_stay[k, o],
+                    _next_stage(dst, f[p, k, u + gpus[o] // dp], step_stay[k, o],
                                 first_time[o], cap[p, o], cap_first[p, o], layers)
             for u in range(low):
                 f[j, k, u] = f[j, k, low]

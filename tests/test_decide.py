@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -650,13 +652,28 @@ def test_a_front_whose_decisions_ran_out_or_of_another_sweep_is_not_kept(
                                        scheduler.multipliers) is None
 
 
-def test_the_first_scheduler_freezes_what_the_process_holds(checkpoint: Path):
-    """After its warm-up the process's objects (the imports) are frozen out of the garbage
-    collector's full collections, which walked them all inside decisions (README)."""
-    import gc
-
-    Scheduler(checkpoint)
-    assert gc.get_freeze_count() > 0
-    frozen = gc.get_freeze_count()
-    Scheduler(checkpoint)  # once per process: nothing frozen again
-    assert gc.get_freeze_count() == frozen
+def test_the_first_scheduler_freezes_what_the_process_holds_after_its_garbage():
+    """In a fresh process: a scheduler made with ``freeze_gc=False`` freezes nothing; the
+    first one made with it collects the garbage, then freezes what the process holds out
+    of the garbage collector's full collections (README); a later one freezes nothing
+    more. A cycle that was garbage before is collected, not frozen."""
+    code = ("import gc, weakref\n"
+            "from rl.scheduler import Scheduler\n"
+            "Scheduler(freeze_gc=False)\n"
+            "unfrozen = gc.get_freeze_count()\n"
+            "gc.disable()  # no collection but the scheduler's own\n"
+            "class Node: pass\n"
+            "a, b = Node(), Node()\n"
+            "a.other, b.other = b, a\n"
+            "gone = weakref.ref(a)\n"
+            "del a, b\n"
+            "Scheduler()\n"
+            "frozen = gc.get_freeze_count()\n"
+            "Scheduler()\n"
+            "print(unfrozen, frozen, gc.get_freeze_count(), gone() is None)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    unfrozen, frozen, again, collected = done.stdout.split()
+    assert int(unfrozen) == 0 and int(frozen) > 100_000 and int(again) == int(frozen)
+    assert collected == "True"

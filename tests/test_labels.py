@@ -113,7 +113,8 @@ def _relaxed_completion(period, layers, positions, domains, options, dp, layer_t
     """The table :func:`solvers.label_kernels.completion` states, by plain recursion on its
     definition: ``F(j, k, u, l)``, the least ``sum c + 2 sum delta`` of the stages after a
     stage at position j in domain k, with l layers placed and ``u * dp`` GPUs in the
-    current segment (a domain entered again has all its GPUs free)."""
+    current segment, no segment of more than ``units * dp`` GPUs (a domain entered again
+    has all its GPUs free)."""
     import functools
 
     @functools.cache
@@ -126,14 +127,14 @@ def _relaxed_completion(period, layers, positions, domains, options, dp, layer_t
                 continue
             base = u * dp if k2 == k else 0
             for o in range(options):
-                if base + gpus[o] > free[k2]:
+                if base + gpus[o] > free[k2] or (base + gpus[o]) // dp > units:
                     continue
                 stage = 2 * delay[k2, k]
                 left = layers - placed
                 if 1 <= left <= cap_first[j + 1, o]:  # the first stage closes the plan
                     best = min(best, stage + left * layer_time[o] + first_time[o])
                 if j + 1 < positions - 1:
-                    u1 = min((base + gpus[o]) // dp, units)
+                    u1 = (base + gpus[o]) // dp
                     for n in range(1, min(cap[j + 1, o], left - 1) + 1):
                         best = min(best, stage + n * layer_time[o]
                                    + rest(j + 1, k2, u1, placed + n))
@@ -159,6 +160,8 @@ def _random_table_inputs(rng):
     delay = rng.uniform(0.0, 0.5, size=(domains, domains))
     occupancy = rng.uniform(0.0, 2.0, size=(domains, domains))
     units = int(min(free.max(), positions * gpus.max()) // dp)
+    if rng.random() < 0.5:  # a run's GPU cap: no segment above it
+        units = int(rng.integers(0, units + 1))
     return (1.0, layers, positions, domains, options, dp, layer_time, first_time, gpus, cap,
             cap_first, free, delay, occupancy, units)
 
@@ -176,16 +179,20 @@ def _instance_table_inputs(rng):
         loosest = chain.run(chain.caps(None, None), 1e30, feasibility=True)
         period = 1e30 if loosest is None else loosest.period * rng.uniform(0.6, 1.5)
         cap, cap_first = (c[:, 0, :] for c in chain.layer_caps(period))
+        units = chain.units if rng.random() < 0.5 \
+            else chain.table_units(chain.caps(int(rng.integers(1, chain.units + 1)) * tables.dp,
+                                              None))
         yield (period, tables.layers, tables.positions, tables.num_domains,
                tables.num_options, tables.dp, tables.layer_time, tables.first_time,
-               chain.gpus, cap, cap_first, free, tables.delay, tables.occupancy, chain.units)
+               chain.gpus, cap, cap_first, free, tables.delay, tables.occupancy, units)
 
 
 def test_the_bound_tables_are_the_relaxed_completion(seed):
     """The completion bounds the DP and the dives prune by equal their definition, computed
     by recursion, on audit instances under random loads and periods and on random inputs
     (the kernel skips options another dominates at a position, and copies the rows of a
-    segment whose domain has room for every stage still to come: one domain has)."""
+    segment whose domain has room for every stage still to come: one domain has), half of
+    them for a run's GPU cap (no segment above it)."""
     from solvers.label_kernels import INF, completion
 
     rng = np.random.default_rng(seed + 3)
