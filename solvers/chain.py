@@ -192,7 +192,7 @@ class Chain:
     def table_units(self, caps: Caps) -> int:
         """The most GPUs a segment of a plan under ``caps`` takes, in units of dp: the
         bound tables of a run under a GPU cap need no row above it (:meth:`bound_tables`)."""
-        return min(self.units, caps.gpus // self.tables.dp)
+        return max(0, min(self.units, caps.gpus // self.tables.dp))
 
     def bound_tables(self, period: float, units: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:

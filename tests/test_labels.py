@@ -214,6 +214,112 @@ def test_the_bound_tables_are_the_relaxed_completion(seed):
     assert compared > 0
 
 
+def _capped_completion(period, layers, positions, domains, options, dp, layer_time,
+                       first_time, gpus, cap, cap_first, free, delay, occupancy, units, most):
+    """The relaxed completion of :func:`_relaxed_completion` for plans of at most ``most``
+    GPUs in all: ``F(j, k, g, l, n)`` with ``g`` GPUs in the current segment and ``n`` in
+    the plan so far."""
+    import functools
+
+    @functools.cache
+    def rest(j, k, g, placed, n):
+        if placed == layers:
+            return 0.0
+        best = math.inf
+        for k2 in range(domains):
+            if k2 != k and occupancy[k2, k] > period:
+                continue
+            base = g if k2 == k else 0
+            for o in range(options):
+                g1, n1 = base + gpus[o], n + gpus[o]
+                if g1 > free[k2] or n1 > most:
+                    continue
+                stage, left = 2 * delay[k2, k], layers - placed
+                if 1 <= left <= cap_first[j + 1, o]:
+                    best = min(best, stage + left * layer_time[o] + first_time[o])
+                if j + 1 < positions - 1:
+                    for m in range(1, min(cap[j + 1, o], left - 1) + 1):
+                        best = min(best, stage + m * layer_time[o]
+                                   + rest(j + 1, k2, g1, placed + m, n1))
+        return best
+
+    return rest
+
+
+def test_a_table_for_a_gpu_cap_bounds_every_completion_within_the_cap(seed):
+    """The table made for a run's GPU cap C (``units = min(units, C // dp)``) is never
+    above the relaxed completion of a partial plan whose GPUs stay within C
+    (:func:`_capped_completion`), read as the DP reads it (a segment with no room for
+    another stage keyed as its domain full), for every C."""
+    from solvers.label_kernels import INF, completion
+
+    rng = np.random.default_rng(seed + 7)
+    checked = 0
+    for _ in range(60):
+        args = list(_random_table_inputs(rng))
+        positions, domains, dp, gpus, free = args[2], args[3], args[5], args[8], args[11]
+        layers = args[1]
+        if positions > 4 or layers > 7:
+            continue
+        units = int(min(free.max(), positions * gpus.max()) // dp)
+        for most in range(0, int(min(free.sum(), positions * gpus.max())) + 1, dp):
+            args[14] = min(units, most // dp)
+            table, truth = completion(*args), _capped_completion(*args, most)
+            for j, k in np.ndindex(positions - 1, domains):
+                for g in range(0, min(free[k], most) + 1):
+                    key = g if free[k] - g >= gpus.min() else free[k]
+                    u = min(key // dp, args[14])
+                    for n in {g, min(most, g + dp)}:
+                        for placed in range(layers + 1):
+                            want, got = truth(j, k, g, placed, n), table[j, k, u, placed]
+                            assert got <= want + 1e-9 or (got >= INF and want == math.inf), \
+                                f"seed {seed}: cap {most}, F[{j}, {k}, {u}, {placed}]"
+                            checked += 1
+    assert checked > 0
+
+
+def test_a_run_under_a_gpu_cap_decides_the_same_with_its_smaller_tables(seed):
+    """A run under a GPU cap reads bound tables made for segments of at most the cap
+    (``Chain.table_units``): its optimum and its feasibility are those of the same run on
+    the tables for every segment (as before such tables), on audit instances and a scarce
+    one, with random caps, tracked domains and periods."""
+    import math
+
+    from solvers.chain import OPEN, Caps, Chain
+
+    rng = np.random.default_rng(seed + 5)
+    instances = [audit_instance(rng) for _ in range(COUNT)]
+    instances.append(tiny_instance(2, domains=4, layers=12, free_gpus=(2, 1, 1, 2),
+                                   max_stages=4))
+    smaller = 0
+    for instance in instances:
+        for tables in all_pair_tables(instance):
+            if tables.interleaved:
+                continue
+            capped, full = Chain(tables), Chain(tables)
+            full.table_units = lambda caps, chain=full: chain.units
+            for _ in range(4):
+                gpus = int(rng.integers(int(tables.gpus.min()) - 1, full.units * tables.dp + 1))
+                tracked = frozenset(int(k) for k in
+                                    np.flatnonzero(rng.random(tables.num_domains) < 0.4))
+                caps = Caps(gpus, math.inf, tracked)
+                smaller += capped.table_units(caps) < capped.units
+                loosest = full.run(caps, OPEN, feasibility=True)
+                periods = [OPEN] + ([] if loosest is None else
+                                    [loosest.period * f for f in (1.0, 0.9, 0.8)])
+                for period in periods:
+                    weights = (1.0, float(rng.uniform(0, 0.01)), 0.0)
+                    a, b = capped.run(caps, period, weights), full.run(caps, period, weights)
+                    where = f"seed {seed}: {instance.name} {caps} {period}"
+                    assert (a is None) == (b is None), where
+                    if a is not None:
+                        assert a.weighted(weights) == pytest.approx(b.weighted(weights),
+                                                                     rel=1e-9), where
+                    assert (capped.run(caps, period, feasibility=True) is None) \
+                        == (full.run(caps, period, feasibility=True) is None), where
+    assert smaller > 0  # some caps made smaller tables
+
+
 def _a_pair():
     instance = tiny_instance(3, domains=4, layers=10, free_gpus=(2, 2, 1, 1))
     tables = next(t for t in all_pair_tables(instance) if t.dp == 1 and t.micro_batch == 1)
