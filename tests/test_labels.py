@@ -108,36 +108,48 @@ def test_the_engine_agrees_with_brute_force(seed):
     assert decided > 0
 
 
-def _relaxed_completion(period, layers, positions, domains, options, dp, layer_time,
-                        first_time, gpus, cap, cap_first, free, delay, occupancy, units):
+def _relaxed_completion(*args):
     """The table :func:`solvers.label_kernels.completion` states, by plain recursion on its
-    definition: ``F(j, k, u, l)``, the least ``sum c + 2 sum delta`` of the stages after a
-    stage at position j in domain k, with l layers placed and ``u * dp`` GPUs in the
-    current segment, no segment of more than ``units * dp`` GPUs (a domain entered again
-    has all its GPUs free)."""
+    definition (:func:`_completion_by_recursion`): ``F(j, k, u, l)``, the least ``sum c +
+    2 sum delta`` of the stages after a stage at position j in domain k, with l layers
+    placed and ``u * dp`` GPUs in the current segment, no segment of more than
+    ``units * dp`` GPUs (a domain entered again has all its GPUs free)."""
+    rest, dp = _completion_by_recursion(*args), args[5]
+    return lambda j, k, u, placed: rest(j, k, u * dp, placed, 0)
+
+
+def _completion_by_recursion(period, layers, positions, domains, options, dp, layer_time,
+                             first_time, gpus, cap, cap_first, free, delay, occupancy, units,
+                             most=math.inf, whole_units=True):
+    """``F(j, k, g, l, n)``: the least ``sum c + 2 sum delta`` of the stages after a stage
+    at position j in domain k, with l layers placed, ``g`` GPUs in the current segment
+    (rounded down to whole units of dp, as the table keys them, with ``whole_units``) and
+    ``n`` in the plan so far, whose GPUs stay within ``most``; relaxed: no windows, a
+    domain entered again has all its GPUs free, no segment of more than ``units * dp``."""
     import functools
 
     @functools.cache
-    def rest(j, k, u, placed):
+    def rest(j, k, g, placed, n):
         if placed == layers:
             return 0.0
         best = math.inf
         for k2 in range(domains):
             if k2 != k and occupancy[k2, k] > period:
                 continue
-            base = u * dp if k2 == k else 0
+            base = g if k2 == k else 0
             for o in range(options):
-                if base + gpus[o] > free[k2] or (base + gpus[o]) // dp > units:
+                g1, n1 = base + gpus[o], (n + gpus[o] if most < math.inf else 0)
+                if g1 > free[k2] or g1 // dp > units or n1 > most:
                     continue
+                g1 = g1 // dp * dp if whole_units else g1
                 stage = 2 * delay[k2, k]
                 left = layers - placed
                 if 1 <= left <= cap_first[j + 1, o]:  # the first stage closes the plan
                     best = min(best, stage + left * layer_time[o] + first_time[o])
                 if j + 1 < positions - 1:
-                    u1 = (base + gpus[o]) // dp
-                    for n in range(1, min(cap[j + 1, o], left - 1) + 1):
-                        best = min(best, stage + n * layer_time[o]
-                                   + rest(j + 1, k2, u1, placed + n))
+                    for m in range(1, min(cap[j + 1, o], left - 1) + 1):
+                        best = min(best, stage + m * layer_time[o]
+                                   + rest(j + 1, k2, g1, placed + m, n1))
         return best
 
     return rest
@@ -214,43 +226,11 @@ def test_the_bound_tables_are_the_relaxed_completion(seed):
     assert compared > 0
 
 
-def _capped_completion(period, layers, positions, domains, options, dp, layer_time,
-                       first_time, gpus, cap, cap_first, free, delay, occupancy, units, most):
-    """The relaxed completion of :func:`_relaxed_completion` for plans of at most ``most``
-    GPUs in all: ``F(j, k, g, l, n)`` with ``g`` GPUs in the current segment and ``n`` in
-    the plan so far."""
-    import functools
-
-    @functools.cache
-    def rest(j, k, g, placed, n):
-        if placed == layers:
-            return 0.0
-        best = math.inf
-        for k2 in range(domains):
-            if k2 != k and occupancy[k2, k] > period:
-                continue
-            base = g if k2 == k else 0
-            for o in range(options):
-                g1, n1 = base + gpus[o], n + gpus[o]
-                if g1 > free[k2] or n1 > most:
-                    continue
-                stage, left = 2 * delay[k2, k], layers - placed
-                if 1 <= left <= cap_first[j + 1, o]:
-                    best = min(best, stage + left * layer_time[o] + first_time[o])
-                if j + 1 < positions - 1:
-                    for m in range(1, min(cap[j + 1, o], left - 1) + 1):
-                        best = min(best, stage + m * layer_time[o]
-                                   + rest(j + 1, k2, g1, placed + m, n1))
-        return best
-
-    return rest
-
-
 def test_a_table_for_a_gpu_cap_bounds_every_completion_within_the_cap(seed):
     """The table made for a run's GPU cap C (``units = min(units, C // dp)``) is never
     above the relaxed completion of a partial plan whose GPUs stay within C
-    (:func:`_capped_completion`), read as the DP reads it (a segment with no room for
-    another stage keyed as its domain full), for every C."""
+    (:func:`_completion_by_recursion`, GPUs counted exactly), read as the DP reads it (a
+    segment with no room for another stage keyed as its domain full), for every C."""
     from solvers.label_kernels import INF, completion
 
     rng = np.random.default_rng(seed + 7)
@@ -264,7 +244,9 @@ def test_a_table_for_a_gpu_cap_bounds_every_completion_within_the_cap(seed):
         units = int(min(free.max(), positions * gpus.max()) // dp)
         for most in range(0, int(min(free.sum(), positions * gpus.max())) + 1, dp):
             args[14] = min(units, most // dp)
-            table, truth = completion(*args), _capped_completion(*args, most)
+            table = completion(*args)
+            # every segment the plans within the cap hold: the cap is the truth's own
+            truth = _completion_by_recursion(*args[:14], units, most=most, whole_units=False)
             for j, k in np.ndindex(positions - 1, domains):
                 for g in range(0, min(free[k], most) + 1):
                     key = g if free[k] - g >= gpus.min() else free[k]
