@@ -194,17 +194,15 @@ class Chain:
         bound tables of a run under a GPU cap need no row above it (:meth:`bound_tables`)."""
         return max(0, min(self.units, caps.gpus // self.tables.dp))
 
-    def bound_tables(self, period: float, units: int | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+    def bound_tables(self, period: float, units: int) -> tuple[np.ndarray, np.ndarray]:
         """The completion bounds of :func:`solvers.label_kernels.completion` and the fewest
         GPUs still needed, at ``period``, for segments of at most ``units * dp`` GPUs
-        (default: the most any plan's segment takes; see :meth:`table_units`). Valid at
+        (:meth:`table_units`: the most a plan under a run's caps holds). Valid at
         every smaller period and for fewer units: a table made at a period up to
         ``TABLE_REUSE`` times larger and for at least as many units is reused. A table for
         a run's GPU cap is smaller (its rows grow with the units) and tighter under the cap
         (a segment above it is no completion), which the tight GPU budgets of the decisions
         after a change or on a new budget make most of (README)."""
-        units = self.units if units is None else units
         if self._tables is not None and period <= self._tables[0] <= period * TABLE_REUSE \
                 and self._tables[1][0].shape[2] > units:
             return self._tables[1]

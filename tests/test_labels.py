@@ -265,8 +265,6 @@ def test_a_run_under_a_gpu_cap_decides_the_same_with_its_smaller_tables(seed):
     (``Chain.table_units``): its optimum and its feasibility are those of the same run on
     the tables for every segment (as before such tables), on audit instances and a scarce
     one, with random caps, tracked domains and periods."""
-    import math
-
     from solvers.chain import OPEN, Caps, Chain
 
     rng = np.random.default_rng(seed + 5)
