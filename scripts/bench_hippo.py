@@ -26,6 +26,11 @@ On generated instances (the generator's full search space, one per topology and 
   warm): the scalarised cost ``J`` of their best plans compared; and the "new budget"
   requests read off the front: their step times against the decisions' before it.
 
+Where the time of each kind goes: the shares of its decisions' time (of the fronts', for
+the front) spent making what the lower level's DP runs read (layer caps and bound tables),
+in its label DP runs and in its dives (:class:`solvers.chain.KernelSeconds`); the rest is
+the policy, the masks and the Python around them.
+
 It also times the garbage collector's collections that fall inside the decisions timed
 above (not the front and the reads off it): their number, the full ones apart, the
 longest. The first scheduler of a process freezes what the process holds out of them
@@ -68,6 +73,7 @@ from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.masks import Budgets
 from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
 from rl.tasks import BudgetRange, perturb
+from solvers.chain import KERNEL_SECONDS
 
 TOPOLOGIES = ("random", "cn-hubs", "aws-10")
 INSTANCE_SEED_BASE = 900_000  # instance seed S is generator seed 900,000 + S
@@ -111,6 +117,37 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(lambda: _bench(args))
 
 
+class Breakdown:
+    """Per kind of decision, the seconds its timed calls took and those of them spent in
+    the lower level's kernels (:class:`solvers.chain.KernelSeconds`: inputs, runs, dives)."""
+
+    PARTS = ("layer caps and bound tables", "DP runs", "dives")
+
+    def __init__(self):
+        self.seconds: dict[str, np.ndarray] = {}  # kind -> (total, inputs, runs, dives)
+
+    @contextlib.contextmanager
+    def timing(self, kind: str):
+        before, start = KERNEL_SECONDS.reading(), time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = [time.perf_counter() - start] + [
+                after - then for after, then in zip(KERNEL_SECONDS.reading(), before,
+                                                    strict=True)]
+            self.seconds[kind] = self.seconds.get(kind, np.zeros(4)) + spent
+
+    def summary(self, kind: str) -> str:
+        """``kind``'s shares of time, or "" where its calls took no time."""
+        total, *parts = self.seconds.get(kind, np.zeros(4))
+        if total <= 0:
+            return ""
+        shares = [part / total for part in parts]
+        named = ", ".join(f"{name} {share:.0%}"
+                          for name, share in zip(self.PARTS, shares, strict=True))
+        return f"{kind}: {named}, the rest {1 - sum(shares):.0%}"
+
+
 class Collections:
     """The garbage collector's collections while :attr:`timing` is set: how many, how
     many of them full (generation 2), and how long each took."""
@@ -151,6 +188,7 @@ def _bench(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     collections = Collections()
+    breakdown = Breakdown()
     times: dict[str, list[float]] = {key: [] for key in (
         "cold start", "cold decision", "bandwidth change", "load change",
         "warm, same request", "warm, new budget", "front", "from the front")}
@@ -183,7 +221,7 @@ def _bench(args: argparse.Namespace) -> None:
                 try:
                     start = time.perf_counter()
                     candidates = []
-                    with contextlib.suppress(NoPlanWithinBudget):
+                    with breakdown.timing(kind), contextlib.suppress(NoPlanWithinBudget):
                         candidates = scheduler.plans(state, (1.0, 0.0, 0.0), budgets,
                                                      settings)
                     times[kind].append(time.perf_counter() - start)
@@ -209,7 +247,8 @@ def _bench(args: argparse.Namespace) -> None:
                 moved = np.rint(free * rng.uniform(0.8, 1.2, size=len(free))).astype(int)
                 timed(instance.with_link_state(free_gpus=moved), "load change")
             start = time.perf_counter()
-            front = scheduler.front(instance, settings=settings)
+            with breakdown.timing("front"):
+                front = scheduler.front(instance, settings=settings)
             times["front"].append(time.perf_counter() - start)
             decisions.append(front.provenance["decisions"])
             key = scheduler._front_key(instance, settings)
@@ -246,6 +285,10 @@ def _bench(args: argparse.Namespace) -> None:
     for kind, values in times.items():
         print(f"{kind:19s} {percentiles(values)}")
     print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
+    print("where the time goes, as shares of each kind's time:")
+    for kind in times:
+        if line := breakdown.summary(kind):
+            print(f"  {line}")
     print(collections.summary())
     collections.close()
     print(f"requests after the front decided instead of read off it: {fell_back}")

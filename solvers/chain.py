@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import weakref
 
 import numpy as np
@@ -58,6 +59,25 @@ MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time 
 PROBE_WORK = 1_000_000
 PROBE_SPEED = 8
 TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
+
+
+@dataclasses.dataclass
+class KernelSeconds:
+    """Wall time the process's chains spent making what a DP run reads (:meth:`Chain.
+    layer_caps` and :meth:`Chain.bound_tables`: ``inputs``), in label DP runs (``runs``) and
+    in dives (``dives``), added up since the process started: a benchmark tells where a
+    decision's time goes by the difference of two readings (``scripts/bench_hippo.py``).
+    Two clock readings a call, against a millisecond a table or run."""
+
+    inputs: float = 0.0
+    runs: float = 0.0
+    dives: float = 0.0
+
+    def reading(self) -> tuple[float, float, float]:
+        return self.inputs, self.runs, self.dives
+
+
+KERNEL_SECONDS = KernelSeconds()
 
 
 class LabelBudgetExceeded(Exception):
@@ -243,6 +263,7 @@ class Chain:
                 return found
             if work_budget <= 0:
                 raise LabelBudgetExceeded
+        start = time.perf_counter()
         out = label_dp(float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
                        t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first,
                        self.free, t.delay, t.occupancy, float(wan_limit), self.cost,
@@ -251,6 +272,7 @@ class Chain:
                        self.gpus_left_max, self.cost_left_max, self.carry_floor,
                        int(self.gpus.min()), marks, len(caps.critical), int(label_budget),
                        int(work_budget), float(min(deadline, INF)), feasibility)
+        KERNEL_SECONDS.runs += time.perf_counter() - start
         status, _, labels, work, parent, option, layers, domain, last, o, n, k = out
         self.runs += 1
         self.labels += int(labels)
@@ -281,20 +303,24 @@ class Chain:
         """What the dive and the DP at ``period`` read: the layer caps (middle, first
         stage), the WAN boundary limit, and the bound tables (made at ``tables_at``, for
         segments of at most ``units * dp`` GPUs)."""
+        start = time.perf_counter()
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         wan_limit = period if self.share is None else min(period, self.share * period)
         rest, gpus = self.bound_tables(period if tables_at is None else tables_at, units)
+        KERNEL_SECONDS.inputs += time.perf_counter() - start
         return cap, cap_first, wan_limit, rest, gpus
 
     def _dive(self, caps: Caps, period: float, candidates: int, inputs: tuple
               ) -> Terms | None:
         t = self.tables
         cap, cap_first, wan_limit, rest, gpus = inputs
+        start = time.perf_counter()
         found, work, domain, option, layers = probe(
             float(period), t.layers, t.positions, t.num_domains, t.num_options, t.dp,
             t.layer_time, t.first_time, t.last_time, self.gpus, cap, cap_first, self.free,
             t.delay, t.occupancy, float(wan_limit), self.cost, caps.gpus, float(caps.cost),
             rest, rest.shape[2] - 1, gpus, int(candidates))
+        KERNEL_SECONDS.dives += time.perf_counter() - start
         self.work += -(-int(work) // PROBE_SPEED)
         if not found:
             return None

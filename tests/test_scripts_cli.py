@@ -282,3 +282,37 @@ def test_bench_hippo_counts_the_collections_inside_timed_decisions_only():
     finally:
         collections.close()
     assert collections._callback not in gc.callbacks
+
+
+def test_bench_hippo_breakdown_counts_the_lower_levels_kernels_inside_its_blocks():
+    """bench_hippo's breakdown: a block that makes a chain's inputs, dives and runs its DP
+    has those parts of its time, each below the block's own; a block without them has
+    none; the shares it prints are of the block's time."""
+    import math
+
+    from formulation.instance import Instance
+    from instances.suites import SUITES_DIR
+    from solvers.chain import KERNEL_SECONDS, OPEN, Chain
+    from solvers.tables import all_pair_tables
+
+    instance = Instance.load(SUITES_DIR / "quick" / "cn-hubs-k5-llama2-13b-s100.json")
+    chain = Chain(all_pair_tables(instance)[0])
+    breakdown = _script("bench_hippo").Breakdown()
+    before = KERNEL_SECONDS.reading()
+    with breakdown.timing("decided"):
+        caps = chain.caps(None, None)
+        plan = chain.dive(caps, OPEN)
+        chain.run(caps, plan.period, value_cap=math.inf)
+    total, inputs, runs, dives = breakdown.seconds["decided"]
+    assert plan is not None and min(inputs, runs, dives) > 0
+    assert inputs + runs + dives <= total
+    assert [a - b for a, b in zip(KERNEL_SECONDS.reading(), before, strict=True)] \
+        == pytest.approx([inputs, runs, dives], abs=1e-12)
+    with breakdown.timing("read"):
+        sum(range(1000))
+    assert list(breakdown.seconds["read"][1:]) == [0.0, 0.0, 0.0]
+    assert breakdown.summary("read").endswith("dives 0%, the rest 100%")
+    line = breakdown.summary("decided")
+    assert line.startswith(f"decided: layer caps and bound tables {inputs / total:.0%}, "
+                           f"DP runs {runs / total:.0%}, dives {dives / total:.0%}")
+    assert breakdown.summary("never timed") == ""
