@@ -123,8 +123,8 @@ KNOWN_DESCENT_MISSES = 1
 # on the generated K = 20 instances (scratch profile); the same end in fewer dives on a
 # pair of the full space's K = 20 70B instance (tests/test_lower.py)
 DESCENT_STRIDE_MAX = 0.4
-# Each dive reads bound tables made at its own period (or up to solvers.chain.TABLE_REUSE
-# above, as every run's), not from tables made up to 25 % above as last round: under a
+# Each dive reads bound tables made at its own period (or up to solvers.chain.DIVE_REUSE
+# above; a DP run, up to TABLE_REUSE), not from tables made up to 25 % above as last round: under a
 # counted allowance such looser tables steered some dives on the full space's 70B fronts
 # worse (scratch comparison), and since the tables were made several times faster a
 # table costs about what a dive does (the full suite's K = 12-20 coverage, 81.3 % with

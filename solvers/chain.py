@@ -58,7 +58,15 @@ MAX_WORK = int(MAX_DEADLINE_S * WORK_PER_SECOND)  # DP work of the longest time 
 # is charged 1/8.
 PROBE_WORK = 1_000_000
 PROBE_SPEED = 8
-TABLE_REUSE = 1.05  # bound tables made at a period up to this factor above serve a run
+# Bound tables made at a period up to this factor above serve a DP run (feasibility or
+# least S, and the dive a feasibility run starts with): a table costs about a millisecond
+# on the generated K = 20 70B instances, and a looser one prunes less. At 1.03 rather than
+# 1.05 a front there makes more tables but spends less in DP runs and dives: FRONT_FIGURES
+TABLE_REUSE = 1.03
+# ... and a dive alone (rl.lower's descent and opening dives): these are heuristics, and at
+# 1.03 the descent on a pair of the full space's K = 12 70B instance ended 15 % above the
+# least period instead of 8.7 % (tests/test_lower.py)
+DIVE_REUSE = 1.05
 
 
 @dataclasses.dataclass
@@ -214,16 +222,18 @@ class Chain:
         bound tables of a run under a GPU cap need no row above it (:meth:`bound_tables`)."""
         return max(0, min(self.units, caps.gpus // self.tables.dp))
 
-    def bound_tables(self, period: float, units: int) -> tuple[np.ndarray, np.ndarray]:
+    def bound_tables(self, period: float, units: int, reuse: float = TABLE_REUSE
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """The completion bounds of :func:`solvers.label_kernels.completion` and the fewest
         GPUs still needed, at ``period``, for segments of at most ``units * dp`` GPUs
         (:meth:`table_units`: the most a plan under a run's caps holds). Valid at
-        every smaller period and for fewer units: a table made at a period up to
-        ``TABLE_REUSE`` times larger and for at least as many units is reused. A table for
+        every smaller period and for fewer units: a table made at a period up to ``reuse``
+        times larger (``TABLE_REUSE``; a dive alone: ``DIVE_REUSE``) and for at least as
+        many units is reused. A table for
         a run's GPU cap is smaller (its rows grow with the units) and tighter under the cap
         (a segment above it is no completion), which the tight GPU budgets of the decisions
         after a change or on a new budget make most of (README)."""
-        if self._tables is not None and period <= self._tables[0] <= period * TABLE_REUSE \
+        if self._tables is not None and period <= self._tables[0] <= period * reuse \
                 and self._tables[1][0].shape[2] > units:
             return self._tables[1]
         t = self.tables
@@ -296,17 +306,18 @@ class Chain:
         proves nothing). Its work is counted at ``1 / PROBE_SPEED`` unit a candidate."""
         return self._dive(caps, period, candidates,
                           self._inputs(period, allreduce, optimizer, None,
-                                       self.table_units(caps)))
+                                       self.table_units(caps), DIVE_REUSE))
 
     def _inputs(self, period: float, allreduce: float, optimizer: float,
-                tables_at: float | None, units: int) -> tuple:
+                tables_at: float | None, units: int, reuse: float = TABLE_REUSE) -> tuple:
         """What the dive and the DP at ``period`` read: the layer caps (middle, first
         stage), the WAN boundary limit, and the bound tables (made at ``tables_at``, for
         segments of at most ``units * dp`` GPUs)."""
         start = time.perf_counter()
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         wan_limit = period if self.share is None else min(period, self.share * period)
-        rest, gpus = self.bound_tables(period if tables_at is None else tables_at, units)
+        rest, gpus = self.bound_tables(period if tables_at is None else tables_at, units,
+                                       reuse)
         KERNEL_SECONDS.inputs += time.perf_counter() - start
         return cap, cap_first, wan_limit, rest, gpus
 
