@@ -450,3 +450,31 @@ def test_a_dive_at_an_open_period_finds_a_plan_of_several_stages():
     plan = chain.dive(chain.caps(None, None), OPEN)
     assert plan is not None and len(plan.choices) > 1
     assert chain.violations(plan) is None
+
+
+def test_a_chain_reuses_a_bound_table_only_within_its_reuse_factor_and_units():
+    """A chain's cached bound table serves a period at most ``reuse`` below the period it
+    was made at (the table bounds every smaller period) and a run of no more units; DP
+    runs reuse within ``TABLE_REUSE``, a dive alone within the looser ``DIVE_REUSE``."""
+    from formulation.instance import Instance
+    from instances.suites import SUITES_DIR
+    from solvers.chain import DIVE_REUSE, TABLE_REUSE, Chain
+
+    assert 1.0 <= TABLE_REUSE < DIVE_REUSE
+    instance = Instance.load(SUITES_DIR / "quick" / "cn-hubs-k5-llama2-13b-s100.json")
+    chain = Chain(all_pair_tables(instance)[0])
+
+    def table(period, units=chain.units, *reuse):
+        return chain.bound_tables(period, units, *reuse)[0]  # the completion bounds
+
+    made = 1.0
+    lowest = made / TABLE_REUSE * (1 + 1e-12)  # the lowest period it serves
+    between = made / (TABLE_REUSE + DIVE_REUSE) * 2  # within DIVE_REUSE, not TABLE_REUSE
+    first = table(made)
+    assert table(lowest) is first and table(lowest, chain.units - 1) is first
+    assert table(between, chain.units, DIVE_REUSE) is first
+    again = table(between)  # made anew, at its own period
+    assert again is not first and table(between) is again
+    assert table(between * 1.001) is not again  # a table never serves a period above it
+    bigger = table(between * 1.001, chain.units + 1)  # for more units than it was made for
+    assert bigger.shape[2] == chain.units + 2
