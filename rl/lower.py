@@ -124,11 +124,12 @@ KNOWN_DESCENT_MISSES = 1
 # pair of the full space's K = 20 70B instance (tests/test_lower.py)
 DESCENT_STRIDE_MAX = 0.4
 # Each dive reads bound tables made at its own period (or up to solvers.chain.DIVE_REUSE
-# above; a DP run, up to TABLE_REUSE), not from tables made up to 25 % above as last round: under a
-# counted allowance such looser tables steered some dives on the full space's 70B fronts
-# worse (scratch comparison), and since the tables were made several times faster a
-# table costs about what a dive does (the full suite's K = 12-20 coverage, 81.3 % with
-# them, 81.9-84.7 % without in two runs, moves as much from run to run)
+# above; a DP run, up to TABLE_REUSE), not from tables made up to 25 % above as in an
+# earlier round: under a counted allowance such looser tables steered some dives on the
+# full space's 70B fronts worse (scratch comparison), and since the tables were made
+# several times faster a table costs about what a dive does (the full suite's K = 12-20
+# coverage, 81.3 % with them, 81.9-84.7 % without in two runs, moves as much from run to
+# run)
 # Where no plan is known, dives at these multiples of the compute floor (compute_floor)
 # look for a first plan before a run at an open period does: the open run's dive orders by
 # the relaxed sum of stage times, and its plan's period was several times the least (6.7x

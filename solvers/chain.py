@@ -262,7 +262,8 @@ class Chain:
         labels, ``work_budget`` units of work or the ``deadline`` (``time.perf_counter()``
         seconds) (:func:`~solvers.label_kernels.label_dp`)."""
         t = self.tables
-        inputs = self._inputs(period, allreduce, optimizer, tables_at, self.table_units(caps))
+        inputs = self._inputs(period, allreduce, optimizer, tables_at, self.table_units(caps),
+                              TABLE_REUSE)
         cap, cap_first, wan_limit, rest, gpus = inputs
         marks = -np.ones(t.num_domains, dtype=np.int64)
         for i, k in enumerate(sorted(caps.critical)):
@@ -313,10 +314,11 @@ class Chain:
                                        self.table_units(caps), DIVE_REUSE))
 
     def _inputs(self, period: float, allreduce: float, optimizer: float,
-                tables_at: float | None, units: int, reuse: float = TABLE_REUSE) -> tuple:
+                tables_at: float | None, units: int, reuse: float) -> tuple:
         """What the dive and the DP at ``period`` read: the layer caps (middle, first
         stage), the WAN boundary limit, and the bound tables (made at ``tables_at``, for
-        segments of at most ``units * dp`` GPUs)."""
+        segments of at most ``units * dp`` GPUs, or reused from up to ``reuse`` times above,
+        :meth:`bound_tables`)."""
         start = time.perf_counter()
         cap, cap_first = self.layer_caps(period, allreduce, optimizer)
         wan_limit = period if self.share is None else min(period, self.share * period)

@@ -286,8 +286,10 @@ def test_bench_hippo_counts_the_collections_inside_timed_decisions_only():
 
 def test_bench_hippo_breakdown_counts_the_lower_levels_kernels_inside_its_blocks():
     """bench_hippo's breakdown: a block that makes a chain's inputs, dives and runs its DP
-    has those parts of its time, each below the block's own; a block without them has
-    none; the shares it prints are of the block's time."""
+    has those parts of its time, together below the block's own; a block that only dives
+    has no DP-run time, one that only runs the DP of least S no dive time, one without
+    either none of the three; the process's counters moved by what the blocks counted,
+    each part once; the shares it prints are of the block's time."""
     import math
 
     from formulation.instance import Instance
@@ -299,15 +301,23 @@ def test_bench_hippo_breakdown_counts_the_lower_levels_kernels_inside_its_blocks
     chain = Chain(all_pair_tables(instance)[0])
     breakdown = _script("bench_hippo").Breakdown()
     before = KERNEL_SECONDS.reading()
-    with breakdown.timing("decided"):
-        caps = chain.caps(None, None)
+    caps = chain.caps(None, None)
+    with breakdown.timing("dived"):
         plan = chain.dive(caps, OPEN)
+    assert plan is not None
+    with breakdown.timing("ran"):  # a run of least S: no dive first
+        chain.run(caps, plan.period * 1.5, value_cap=math.inf)
+    with breakdown.timing("decided"):
+        chain.dive(caps, plan.period * 0.99)
         chain.run(caps, plan.period, value_cap=math.inf)
     total, inputs, runs, dives = breakdown.seconds["decided"]
-    assert plan is not None and min(inputs, runs, dives) > 0
+    assert min(inputs, runs, dives) > 0
     assert inputs + runs + dives <= total
+    assert breakdown.seconds["dived"][2] == 0.0 and breakdown.seconds["dived"][3] > 0
+    assert breakdown.seconds["ran"][2] > 0 and breakdown.seconds["ran"][3] == 0.0
+    timed = sum(breakdown.seconds[kind][1:] for kind in ("dived", "ran", "decided"))
     assert [a - b for a, b in zip(KERNEL_SECONDS.reading(), before, strict=True)] \
-        == pytest.approx([inputs, runs, dives], abs=1e-12)
+        == pytest.approx(list(timed), abs=1e-12)
     with breakdown.timing("read"):
         sum(range(1000))
     assert list(breakdown.seconds["read"][1:]) == [0.0, 0.0, 0.0]
