@@ -118,13 +118,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Breakdown:
-    """Per kind of decision, the seconds its timed calls took and those of them spent in
-    the lower level's kernels (:class:`solvers.chain.KernelSeconds`: inputs, runs, dives)."""
+    """Per kind of call timed: each call's seconds, and the seconds of them spent in the
+    lower level's kernels, summed (:class:`solvers.chain.KernelSeconds`: inputs, runs,
+    dives)."""
 
     PARTS = ("layer caps and bound tables", "DP runs", "dives")
 
-    def __init__(self):
-        self.seconds: dict[str, np.ndarray] = {}  # kind -> (total, inputs, runs, dives)
+    def __init__(self, kinds: tuple[str, ...] = ()):
+        self.calls: dict[str, list[float]] = {kind: [] for kind in kinds}
+        self.kernels: dict[str, np.ndarray] = {}  # kind -> (inputs, runs, dives)
 
     @contextlib.contextmanager
     def timing(self, kind: str):
@@ -132,17 +134,17 @@ class Breakdown:
         try:
             yield
         finally:
-            spent = [time.perf_counter() - start] + [
-                after - then for after, then in zip(KERNEL_SECONDS.reading(), before,
-                                                    strict=True)]
-            self.seconds[kind] = self.seconds.get(kind, np.zeros(4)) + spent
+            self.calls.setdefault(kind, []).append(time.perf_counter() - start)
+            spent = [after - then for after, then in zip(KERNEL_SECONDS.reading(), before,
+                                                          strict=True)]
+            self.kernels[kind] = self.kernels.get(kind, np.zeros(3)) + spent
 
     def summary(self, kind: str) -> str:
         """``kind``'s shares of time, or "" where its calls took no time."""
-        total, *parts = self.seconds.get(kind, np.zeros(4))
+        total = sum(self.calls.get(kind, ()))
         if total <= 0:
             return ""
-        shares = [part / total for part in parts]
+        shares = [part / total for part in self.kernels[kind]]
         named = ", ".join(f"{name} {share:.0%}"
                           for name, share in zip(self.PARTS, shares, strict=True))
         return f"{kind}: {named}, the rest {1 - sum(shares):.0%}"
@@ -188,10 +190,10 @@ def _bench(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     collections = Collections()
-    breakdown = Breakdown()
-    times: dict[str, list[float]] = {key: [] for key in (
-        "cold start", "cold decision", "bandwidth change", "load change",
-        "warm, same request", "warm, new budget", "front", "from the front")}
+    # each call timed, by kind
+    breakdown = Breakdown(("cold start", "cold decision", "bandwidth change", "load change",
+                           "warm, same request", "warm, new budget", "front",
+                           "from the front"))
     decisions = []
     # keeps no front: decides what the first reads
     fresh = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
@@ -207,9 +209,8 @@ def _bench(args: argparse.Namespace) -> None:
             domains = min(args.domains, 10) if topology == "aws-10" else args.domains
             instance = generate_instance(domains, args.model, INSTANCE_SEED_BASE + seed,
                                          topology)
-            start = time.perf_counter()
-            InstanceCache(instance, InstanceStatics.of(instance))
-            times["cold start"].append(time.perf_counter() - start)
+            with breakdown.timing("cold start"):
+                InstanceCache(instance, InstanceStatics.of(instance))
             limits = BudgetRange.of(instance)
 
             def timed(state, kind: str, budgets: Budgets | None = None,
@@ -219,12 +220,10 @@ def _bench(args: argparse.Namespace) -> None:
                         rng.integers(limits.least_gpus, limits.free_gpus + 1)))
                 collections.timing = True
                 try:
-                    start = time.perf_counter()
                     candidates = []
                     with breakdown.timing(kind), contextlib.suppress(NoPlanWithinBudget):
                         candidates = scheduler.plans(state, (1.0, 0.0, 0.0), budgets,
                                                      settings)
-                    times[kind].append(time.perf_counter() - start)
                 finally:
                     collections.timing = False
                 return budgets, candidates
@@ -246,10 +245,8 @@ def _bench(args: argparse.Namespace) -> None:
             for _ in range(max(1, args.repeats // 5)):
                 moved = np.rint(free * rng.uniform(0.8, 1.2, size=len(free))).astype(int)
                 timed(instance.with_link_state(free_gpus=moved), "load change")
-            start = time.perf_counter()
             with breakdown.timing("front"):
                 front = scheduler.front(instance, settings=settings)
-            times["front"].append(time.perf_counter() - start)
             decisions.append(front.provenance["decisions"])
             key = scheduler._front_key(instance, settings)
             scale = scheduler.env.cache_of(instance).scale
@@ -264,9 +261,8 @@ def _bench(args: argparse.Namespace) -> None:
                                            scheduler.multipliers) is None:
                     fell_back += 1
                     continue
-                start = time.perf_counter()
-                read = scheduler.plans(instance, weights, budgets, settings)
-                times["from the front"].append(time.perf_counter() - start)
+                with breakdown.timing("from the front"):
+                    read = scheduler.plans(instance, weights, budgets, settings)
                 with contextlib.suppress(NoPlanWithinBudget):
                     decided = fresh.plans(instance, weights, budgets, settings)
                     costs.append((_least_cost(instance, read, weights, scale),
@@ -281,12 +277,12 @@ def _bench(args: argparse.Namespace) -> None:
                          _least_cost(instance, candidates, least_time, scale)))
             print(f"{instance.name}: front of {len(front.points)} points, "
                   f"{front.provenance['decisions']} decisions, "
-                  f"{times['front'][-1]:.2f} s", flush=True)
-    for kind, values in times.items():
+                  f"{breakdown.calls['front'][-1]:.2f} s", flush=True)
+    for kind, values in breakdown.calls.items():
         print(f"{kind:19s} {percentiles(values)}")
     print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
     print("where the time goes, as shares of each kind's time:")
-    for kind in times:
+    for kind in breakdown.calls:
         if line := breakdown.summary(kind):
             print(f"  {line}")
     print(collections.summary())
