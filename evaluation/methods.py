@@ -214,6 +214,9 @@ class HippoOptions(MethodOptions):
     """The lower level also places every further pair a DP run cannot prove slower."""
     policy_plan: bool | None = None
     """The upper level also builds its own plan where the lower level places pairs."""
+    fallback: bool | None = None
+    """The upper level builds its own plan where the lower level ran out of time or work
+    with one (off: a deadline of milliseconds holds)."""
     samples: int = 0
     """Sampled plans per preference besides the greedy one (seeded when > 0)."""
     polish: int = 0
@@ -229,8 +232,8 @@ class HippoOptions(MethodOptions):
 
     def decision_settings(self) -> dict:
         """The fields of :class:`rl.decision_settings.DecisionSettings` these options set."""
-        names = ("pairs", "lower_time", "lower_work", "exhaust", "policy_plan", "samples",
-                 "polish", "starts")
+        names = ("pairs", "lower_time", "lower_work", "exhaust", "policy_plan", "fallback",
+                 "samples", "polish", "starts")
         settings = {name: value for name in names if (value := getattr(self, name)) is not None}
         if self.lower_work is not None and self.lower_time is None:
             settings["lower_time"] = None  # the counted limit alone, as rl.decide's
@@ -263,6 +266,11 @@ class HippoOptions(MethodOptions):
                             default=None,
                             help="Hi-PPO: the upper level also builds its own plan where the "
                                  "lower level places pairs (default: rl.decide's, off)")
+        parser.add_argument("--hippo-fallback", action=argparse.BooleanOptionalAction,
+                            default=None,
+                            help="Hi-PPO: the upper level builds its own plan where the "
+                                 "lower level ran out of time or work with one (default: "
+                                 "rl.decide's, on; off, a deadline of milliseconds holds)")
         parser.add_argument("--hippo-samples", type=integer_arg(0, 1024), default=0,
                             help="Hi-PPO: sampled plans per preference besides the greedy one")
         parser.add_argument("--hippo-polish", type=integer_arg(0, 1000), default=0,
@@ -286,7 +294,8 @@ class HippoOptions(MethodOptions):
         return cls(checkpoint=None if args.checkpoint is None else str(args.checkpoint),
                    pairs=args.hippo_pairs, lower_time=args.hippo_lower_time,
                    lower_work=args.hippo_lower_work, exhaust=args.hippo_exhaust,
-                   policy_plan=args.hippo_policy_plan, resume=args.hippo_resume,
+                   policy_plan=args.hippo_policy_plan, fallback=args.hippo_fallback,
+                   resume=args.hippo_resume,
                    samples=args.hippo_samples, polish=args.hippo_polish,
                    starts=args.hippo_starts)
 

@@ -2,7 +2,7 @@
 
     python -m rl.decide INSTANCE --weights w1,w2,w3 [--gpus N] [--cost-budget USD]
                         [--step-cap S] [--pairs N] [--lower-time S] [--lower-work UNITS]
-                        [--no-exhaust] [--policy-plan] [--samples N]
+                        [--no-exhaust] [--policy-plan] [--no-fallback] [--samples N]
                         [--polish ROUNDS] [--starts] [--seed S] [--checkpoint FILE]
                         [--heatmap FILE.png] [--out PLAN.json] [--quiet]
 
@@ -19,7 +19,9 @@ the stages of the ``--pairs`` best-ranked pairs by the exact engine's DP, then, 
 ranking's order, of every further pair that one DP run cannot prove slower than the best
 plan so far (``--no-exhaust``: not these), all within ``--lower-time`` seconds (0 pairs:
 the policy's own plan only). The policy builds its own plan too with ``--policy-plan``, and
-always where the lower level finds none or runs out of time. Where the ranked pairs give
+always where the lower level finds none or runs out of time (with ``--no-fallback``, only
+where it finds none: under a deadline of milliseconds the policy's episode would outlast
+it; README, "A deadline of milliseconds"). Where the ranked pairs give
 no plan (the masks offer none within the budgets, or the DP places none), the lower level
 places every other pair before the decision says there is none: the masks' completion
 test is sufficient, not necessary, and plans that mix (tp, recompute) options across
@@ -116,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the upper level also builds its own plan where the lower "
                         "level places pairs (default: off; its plan only where the lower "
                         "level finds none or runs out of time)")
+    parser.add_argument("--fallback", action=argparse.BooleanOptionalAction,
+                        default=HIERARCHICAL.fallback,
+                        help="the upper level builds its own plan where the lower level "
+                        "ran out of time or work with one (default: on; off, a deadline "
+                        "of milliseconds holds: README)")
     parser.add_argument("--samples", type=integer_arg(0, MAX_SAMPLES), default=0,
                         help=f"plans sampled from the policy (at most {MAX_SAMPLES})")
     parser.add_argument("--starts", action="store_true",
@@ -141,7 +148,7 @@ def _decide(args: argparse.Namespace) -> None:
             is not None else HIERARCHICAL.lower_time
         settings = DecisionSettings(pairs=args.pairs, lower_time=lower_time,
                                     lower_work=args.lower_work, exhaust=args.exhaust,
-                                    policy_plan=args.policy_plan,
+                                    policy_plan=args.policy_plan, fallback=args.fallback,
                                     samples=args.samples, seed=args.seed,
                                     polish=args.polish, starts=args.starts)
     except ValueError as err:

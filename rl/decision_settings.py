@@ -58,6 +58,12 @@ class DecisionSettings:
     Off, the upper level only ranks the pairs (one forward pass) and builds its plan only
     where the lower level finds none or runs out of ``lower_time``; always on with
     ``pairs`` 0, ``samples``, ``starts`` or ``polish``."""
+    fallback: bool = True
+    """Whether the upper level builds its own plan (the greedy episode) where the lower
+    level ran out of ``lower_time`` or work with a plan found: at the 1 s limit on the
+    full space the policy's plan is sometimes the better one (README); under a deadline
+    of milliseconds its episode would cost more than the deadline. Where the lower level
+    found no plan, the policy's is built regardless."""
 
     def __post_init__(self):
         for name, most in (("pairs", 2 ** 31), ("samples", MAX_SAMPLES),

@@ -352,8 +352,8 @@ class Scheduler:
             return []
         if failure is not None:
             return out
-        if not episodes and (not ranked_found or allowance is not None
-                             and allowance.spent()):
+        if not episodes and (not ranked_found or settings.fallback
+                             and allowance is not None and allowance.spent()):
             # the lower level found nothing, or ran out of time: the policy's own plan too
             out += self._episodes(instance, weights, budgets, 0, generator)[0]
         return out

@@ -2,7 +2,8 @@
 
     python scripts/bench_hippo.py [--checkpoint FILE] [--domains 20] [--model 70b]
                                   [--instance-seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
-                                  [--lower-time S]
+                                  [--lower-time S] [--no-fallback]
+                                  [--record FILE] [--against FILE]
 
 On generated instances (the generator's full search space, one per topology and seed):
 
@@ -39,7 +40,16 @@ not, as before this round, to compare.
 
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
 hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
-``rl.decide``'s). One instance of another seed is decided first, untimed, as a running
+``rl.decide``'s); with ``--no-fallback`` the policy builds no plan of its own where the
+lower level ran out of time with one (:attr:`rl.decision_settings.DecisionSettings.fallback`:
+a deadline of milliseconds then holds).
+
+What a shorter deadline costs: ``--record FILE`` writes each timed decision (kind,
+instance, latency, the least scalarised cost ``J`` of its plans, with the preference
+(1, 0, 0) the step time over ``T_base``) and the run's protocol; ``--against FILE`` reads
+such a record of another run of the same protocol (checkpoint, instances, repeats, seed:
+the same requests) and compares this run's ``J`` with it, decision by decision, per
+kind. One instance of another seed is decided first, untimed, as a running
 scheduler would have (imports, first calls). Prints p50 / p99 / max in milliseconds per
 kind.
 """
@@ -49,6 +59,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -56,6 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from formulation.evaluator import evaluate_plans
+from formulation.outputs import output_path, write_atomic
 from formulation.presets import model_preset
 from formulation.reward import preference, scalarised_cost
 from formulation.schema import (
@@ -63,8 +75,12 @@ from formulation.schema import (
     SEED_MAX,
     CliParser,
     InputError,
+    Reader,
+    check_number,
+    dumps,
     integer_arg,
     number_arg,
+    read_json,
     run_cli,
 )
 from instances.generate import MAX_DOMAINS, MIN_DOMAINS, generate_instance
@@ -83,6 +99,8 @@ MAX_LOWER_TIME = 3600.0
 
 
 def percentiles(values: list[float]) -> str:
+    if not values:
+        return "(n = 0)"
     ms = 1e3 * np.asarray(values)
     return (f"p50 {np.percentile(ms, 50):7.1f}  p99 {np.percentile(ms, 99):7.1f}  "
             f"max {ms.max():7.1f} ms  (n = {len(ms)})")
@@ -110,6 +128,14 @@ def main(argv: list[str] | None = None) -> int:
                         default=HIERARCHICAL.lower_time,
                         help="seconds from a decision's start until which the lower level "
                         "may run")
+    parser.add_argument("--no-fallback", dest="fallback", action="store_false",
+                        help="the policy builds no plan of its own where the lower level "
+                        "ran out of time with one")
+    parser.add_argument("--record", type=Path,
+                        help="write each timed decision's kind, latency and J here (JSON)")
+    parser.add_argument("--against", type=Path,
+                        help="a --record of a run of the same protocol: compare each "
+                        "decision's J with it")
     parser.add_argument("--unfreeze", action="store_true",
                         help="schedulers that leave the process's objects to the garbage "
                         "collector (freeze_gc=False), to compare")
@@ -186,7 +212,16 @@ def _bench(args: argparse.Namespace) -> None:
         model_preset(args.model)
     except KeyError as err:
         raise InputError(f"--model: {err.args[0]}") from None
-    settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time)
+    settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time,
+                                fallback=args.fallback)
+    protocol = {"checkpoint_sha256": hashlib.sha256(args.checkpoint.read_bytes()).hexdigest()
+                if args.checkpoint.is_file() else None,
+                "domains": args.domains, "model": args.model,
+                "instance_seeds": list(args.seeds), "repeats": args.repeats, "seed": args.seed}
+    reference = None if args.against is None else _reference(args.against, protocol)
+    record = output_path(args.record, [args.against, args.checkpoint], "--record",
+                         stdout=False)
+    recorded = []  # [kind, instance, latency s, J or None] of each timed decision
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     collections = Collections()
@@ -226,6 +261,10 @@ def _bench(args: argparse.Namespace) -> None:
                                                      settings)
                 finally:
                     collections.timing = False
+                least = _least_cost(state, candidates, np.array([1.0, 0.0, 0.0]),
+                                    scheduler.env.cache_of(state).scale) \
+                    if candidates else None
+                recorded.append([kind, state.name, breakdown.calls[kind][-1], least])
                 return budgets, candidates
 
             for _ in range(max(1, args.repeats // 5)):
@@ -291,6 +330,12 @@ def _bench(args: argparse.Namespace) -> None:
     _compare("requests after the front, J read off it against decided", costs)
     _compare("new budgets, step time read off the front against decided before it",
              new_budget_costs)
+    if reference is not None:
+        _against(args.against, reference, recorded)
+    if record is not None:
+        write_atomic(record, lambda path: path.write_text(dumps(
+            {"protocol": protocol, "settings": settings.to_dict(),
+             "decisions": recorded}), encoding="utf-8"))
 
 
 def _compare(what: str, pairs: list[tuple[float, float]]) -> None:
@@ -302,6 +347,55 @@ def _compare(what: str, pairs: list[tuple[float, float]]) -> None:
           f"the same {np.mean(abs(ratio) <= 1e-9):.1%}, worse {np.mean(ratio > 1e-9):.1%} "
           f"(at most {max(ratio.max(), 0.0):.2%} worse, {abs(min(ratio.min(), 0.0)):.2%} "
           "better)")
+
+
+def _reference(path: Path, protocol: dict) -> list[list]:
+    """The decisions of a ``--record`` file, checked to be of ``protocol``'s run."""
+    document = Reader(read_json(path, "--against"), "")
+    theirs = document.raw("protocol")
+    for field, value in protocol.items():
+        if not isinstance(theirs, dict) or theirs.get(field) != value:
+            raise InputError(f"--against {path}: protocol.{field} is not this run's "
+                             f"({value!r}): its decisions are of other requests")
+    document.raw("settings")
+    decisions = document.items("decisions", _recorded)
+    document.finish()
+    return decisions
+
+
+def _recorded(value, field: str) -> list:
+    """One decision of a record: [kind, instance, latency s, J or None]."""
+    if not (isinstance(value, list) and len(value) == 4 and isinstance(value[0], str)
+            and isinstance(value[1], str)):
+        raise InputError(f"{field} must be [kind, instance, latency s, J or null]")
+    check_number(value[2], f"{field}[2]", low=0)
+    if value[3] is not None:
+        check_number(value[3], f"{field}[3]", low=0, low_open=True)
+    return value
+
+
+def _against(path: Path, reference: list[list], recorded: list[list]) -> None:
+    """Each kind's J against the reference run's, decision by decision (lower is
+    better)."""
+    if [r[:2] for r in reference] != [r[:2] for r in recorded]:
+        raise InputError(f"--against {path}: its decisions are not this run's requests "
+                         "(kinds and instances differ)")
+    print(f"J against {path} (each decision against the same request's there):")
+    for kind in dict.fromkeys(r[0] for r in recorded):
+        pairs = [(mine[3], theirs[3]) for mine, theirs in zip(recorded, reference,
+                                                              strict=True)
+                 if mine[0] == kind]
+        both = [(a, b) for a, b in pairs if a is not None and b is not None]
+        ratio = np.asarray([a / b - 1 for a, b in both])
+        alone = sum((a is None) != (b is None) for a, b in pairs)
+        line = f"  {kind} (n = {len(pairs)}"
+        line += f"; {alone} with a plan in one run only)" if alone else ")"
+        if len(ratio):
+            line += (f": the same {np.mean(abs(ratio) <= 1e-9):.0%}, worse "
+                     f"{np.mean(ratio > 1e-9):.0%}, better {np.mean(ratio < -1e-9):.0%}; "
+                     f"mean {ratio.mean():+.2%}, p90 {np.percentile(ratio, 90):+.2%}, "
+                     f"at most {ratio.max():+.2%}")
+        print(line)
 
 
 def _least_cost(instance, candidates, weights, scale) -> float:

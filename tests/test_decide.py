@@ -354,6 +354,26 @@ def test_a_decision_cut_short_resumes_from_where_it_stopped(checkpoint: Path):
     assert not scheduler.cut_short
 
 
+def test_the_policy_builds_its_plan_after_a_cut_short_lower_level_only_with_fallback(
+        checkpoint: Path):
+    """Where the lower level ran out of its work with a plan found, the policy's greedy
+    episode adds its plan with ``fallback`` (the default) and not without: under a
+    deadline of milliseconds it would outlast the deadline."""
+    instance = Instance.load(SUITES_DIR / "quick" / "aws-10-k5-llama2-70b-s110.json")
+    scheduler = Scheduler(checkpoint)
+    episodes = []
+    built = scheduler._episodes
+    scheduler._episodes = lambda *args: episodes.append(args) or built(*args)
+    for fallback, expected in ((True, 1), (False, 0)):
+        scheduler.forget()
+        episodes.clear()
+        short = DecisionSettings(lower_time=None, lower_work=20_000, fallback=fallback)
+        candidates = scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, short)
+        assert len(scheduler.cut_short) == 1 and candidates
+        assert len(episodes) == expected
+    assert DecisionSettings().fallback  # on by default
+
+
 def test_budgets_are_met_explained_and_an_impossible_one_is_refused(checkpoint: Path,
                                                                    instance: Instance):
     scheduler = Scheduler(checkpoint)

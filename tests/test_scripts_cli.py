@@ -70,6 +70,8 @@ def _places(tmp: Path) -> dict[str, str]:
                            ("res-list", [1, 2])):
         (tmp / name).mkdir()
         (tmp / name / "records.json").write_text(json.dumps(document), encoding="utf-8")
+    (tmp / "record-other.json").write_text(json.dumps(  # bench_hippo's, another protocol
+        {"protocol": {"domains": 99}, "settings": {}, "decisions": []}), encoding="utf-8")
     (tmp / "res-garbled").mkdir()
     (tmp / "res-garbled" / "records.json").write_text("[", encoding="utf-8")
     return {"tmp": str(tmp), "missing": str(tmp / "missing.json"),
@@ -122,6 +124,11 @@ BAD = [
     ("bench_hippo", ["--model", "nosuch"], r"--model: unknown model 'nosuch'"),
     ("bench_hippo", ["--checkpoint", "{missing}"], r"checkpoint '.*missing.json': no such"),
     ("bench_hippo", ["--checkpoint", "{tmp}/garbled.pt"], r"not a Hi-PPO checkpoint"),
+    ("bench_hippo", ["--against", "{tmp}/garbled.json"], r"--against.*garbled.json"),
+    ("bench_hippo", ["--against", "{missing}"], r"--against.*missing.json"),
+    ("bench_hippo", ["--against", "{tmp}/record-other.json"],
+     r"--against .*record-other.json: protocol.checkpoint_sha256 is not this run's"),
+    ("bench_hippo", ["--record", "{tmp}/empty"], r"--record .*empty.* is a directory"),
     ("closed_form_vs_simulation", ["--suite", "zzz"], r"--suite: invalid choice"),
     ("closed_form_vs_simulation", ["--plans", "-1"], r"--plans must be in"),
     ("closed_form_vs_simulation", ["--chains", "x"], r"--chains must be an integer"),
@@ -326,3 +333,32 @@ def test_bench_hippo_breakdown_counts_the_lower_levels_kernels_inside_its_blocks
     assert line.startswith(f"decided: layer caps and bound tables {inputs / total:.0%}, "
                            f"DP runs {runs / total:.0%}, dives {dives / total:.0%}")
     assert breakdown.summary("never timed") == ""
+
+
+def test_bench_hippo_records_its_decisions_and_compares_a_run_with_a_record(tmp_path: Path):
+    """``--record`` writes each timed decision's kind, instance, latency and J with the
+    run's protocol; ``--against`` that record compares a run of the same protocol decision
+    by decision, per kind (a deterministic run: the same requests, and with the lower
+    level's memory forgotten at each instance the same J at least for the cold
+    decisions); a record of other requests is refused before the run."""
+    record = tmp_path / "record.json"
+    tiny = ["--domains", "5", "--instance-seeds", "1", "--repeats", "1", "--unfreeze"]
+    status, _, stderr = _run("bench_hippo", tiny + ["--record", str(record)])
+    assert status == 0, stderr
+    document = json.loads(record.read_text(encoding="utf-8"))
+    assert document["protocol"]["domains"] == 5 and document["settings"]["fallback"]
+    decisions = document["decisions"]
+    kinds = [kind for kind, *_ in decisions]
+    assert kinds.count("cold decision") == 3 and kinds.count("bandwidth change") == 3
+    assert all(latency >= 0 and (j is None or j > 0) for _, _, latency, j in decisions)
+    status, stdout, stderr = _run("bench_hippo", tiny + ["--no-fallback", "--against",
+                                                         str(record)])
+    assert status == 0, stderr
+    assert f"J against {record}" in stdout
+    cold = re.search(r"cold decision \(n = 3\): the same (\d+)%", stdout)
+    assert cold and cold.group(1) == "100", stdout
+    for kind in ("warm, new budget", "bandwidth change", "load change"):
+        assert re.search(rf"  {kind} \(n = \d+\)", stdout), stdout
+    status, _, stderr = _run("bench_hippo", ["--domains", "6", "--instance-seeds", "1",
+                                             "--repeats", "1", "--against", str(record)])
+    assert status == 2 and "protocol.domains is not this run's" in stderr
