@@ -31,7 +31,7 @@ from formulation.result import Evaluation, evaluate
 from formulation.reward import preference, reward, reward_terms
 from formulation.schema import InputError
 from instances.generate import warm_up_instance
-from rl.decision_settings import HIERARCHICAL, DecisionSettings
+from rl.decision_settings import HIERARCHICAL, DecisionSettings, StateKind
 from rl.env import (
     PAIR,
     InstanceCache,
@@ -121,6 +121,8 @@ class Scheduler:
         self.latest = LatestPlans()
         # the fronts built (:meth:`front`): a later request on their state is a lookup
         self.fronts = FrontBook()
+        # the states decided on (:meth:`state_kind`), by instance
+        self.decided: dict[tuple, set[tuple]] = {}
         torch.set_num_threads(1)
         self._warm_up()
         if freeze_gc and not _FROZEN:
@@ -141,6 +143,7 @@ class Scheduler:
         self.answers.clear()
         self.cut_short.clear()
         self.latest.clear()
+        self.decided.clear()
         self.env.caches.clear()
         _WARMED_UP.append(True)
 
@@ -152,6 +155,7 @@ class Scheduler:
         self.cut_short.clear()
         self.latest.clear()
         self.fronts.clear()
+        self.decided.clear()
         forget()
 
     def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
@@ -260,27 +264,48 @@ class Scheduler:
         """The decision proper (:meth:`_plans`) within a new allowance, remembered as the
         answer to ``request`` (and as cut short where its lower level ran out)."""
         self._lower_ran_out = False
-        allowance = Allowance.of(settings.lower_time, settings.lower_work)
+        lower_time = settings.lower_time
+        if settings.deadlines is not None:
+            deadline = settings.deadlines.of(self.state_kind(instance))
+            lower_time = deadline if lower_time is None else min(lower_time, deadline)
+        allowance = Allowance.of(lower_time, settings.lower_work)
         out = self._plans(instance, preference(weights), budgets, settings, allowance)
         if len(self.answers) >= MAX_ANSWERS:
             self.answers.clear()
             self.cut_short.clear()
+            self.decided.clear()
+        self.decided.setdefault(InstanceStatics.key(instance), set()).add(
+            self._state_key(instance))
         self.answers[request] = out
         if self._lower_ran_out:
             self.cut_short.add(request)
         return list(out)
 
+    def state_kind(self, instance: Instance) -> StateKind:
+        """What this scheduler knows of ``instance``'s state: whether it decided on it, or
+        on other states of the instance only, or on none (since :meth:`forget`)."""
+        states = self.decided.get(InstanceStatics.key(instance))
+        if not states:
+            return StateKind.NEW_INSTANCE
+        return StateKind.KNOWN_STATE if self._state_key(instance) in states \
+            else StateKind.NEW_STATE
+
+    @staticmethod
+    def _state_key(instance: Instance) -> tuple:
+        """What identifies an instance state: the free GPUs and the links' state."""
+        return InstanceCache.key(instance), links_key(instance)
+
     @staticmethod
     def _request(instance: Instance, weights, budgets: Budgets, settings: DecisionSettings
                  ) -> tuple:
         """What identifies a request: the instance state, preference, budgets, settings."""
-        return (InstanceCache.key(instance), links_key(instance),
+        return (*Scheduler._state_key(instance),
                 tuple(float(w) for w in preference(weights)), budgets, settings)
 
     @staticmethod
     def _front_key(instance: Instance, settings: DecisionSettings) -> tuple:
         """What identifies a front in :attr:`fronts`: the instance state and the settings."""
-        return InstanceCache.key(instance), links_key(instance), settings
+        return *Scheduler._state_key(instance), settings
 
     def resume(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
                settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]] | None:

@@ -2,7 +2,7 @@
 
     python scripts/bench_hippo.py [--checkpoint FILE] [--domains 20] [--model 70b]
                                   [--instance-seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
-                                  [--lower-time S] [--no-fallback]
+                                  [--lower-time S] [--deadlines] [--no-fallback]
                                   [--record FILE] [--against FILE]
 
 On generated instances (the generator's full search space, one per topology and seed):
@@ -40,9 +40,12 @@ not, as before this round, to compare.
 
 Decisions draw a random GPU budget half of the time (the sweep's kind of decision), and
 hand the lower level ``--pairs`` pairs within ``--lower-time`` seconds (defaults:
-``rl.decide``'s); with ``--no-fallback`` the policy builds no plan of its own where the
-lower level ran out of time with one (:attr:`rl.decision_settings.DecisionSettings.fallback`:
-a deadline of milliseconds then holds).
+``rl.decide``'s); with ``--deadlines`` the lower level runs until the deadline of the
+request's kind of state instead, at most that (:class:`rl.decision_settings.Deadlines`:
+issue 14's latency targets less a margin); with ``--no-fallback`` the policy builds no
+plan of its own where the lower level ran out of time with one
+(:attr:`rl.decision_settings.DecisionSettings.fallback`: a deadline of milliseconds then
+holds).
 
 What a shorter deadline costs: ``--record FILE`` writes each timed decision (kind,
 instance, latency, the least scalarised cost ``J`` of its plans, with the preference
@@ -84,7 +87,7 @@ from formulation.schema import (
     run_cli,
 )
 from instances.generate import MAX_DOMAINS, MIN_DOMAINS, generate_instance
-from rl.decision_settings import HIERARCHICAL, DecisionSettings
+from rl.decision_settings import HIERARCHICAL, Deadlines, DecisionSettings
 from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.masks import Budgets
 from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
@@ -128,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=HIERARCHICAL.lower_time,
                         help="seconds from a decision's start until which the lower level "
                         "may run")
+    parser.add_argument("--deadlines", action="store_true",
+                        help="the lower level until the deadline of the request's kind of "
+                        "state (rl.decision_settings.Deadlines: issue 14's targets less a "
+                        "margin), at most --lower-time")
     parser.add_argument("--no-fallback", dest="fallback", action="store_false",
                         help="the policy builds no plan of its own where the lower level "
                         "ran out of time with one")
@@ -213,7 +220,8 @@ def _bench(args: argparse.Namespace) -> None:
     except KeyError as err:
         raise InputError(f"--model: {err.args[0]}") from None
     settings = DecisionSettings(pairs=args.pairs, lower_time=args.lower_time,
-                                fallback=args.fallback)
+                                fallback=args.fallback,
+                                deadlines=Deadlines() if args.deadlines else None)
     protocol = {"checkpoint_sha256": hashlib.sha256(args.checkpoint.read_bytes()).hexdigest()
                 if args.checkpoint.is_file() else None,
                 "domains": args.domains, "model": args.model,

@@ -19,7 +19,14 @@ from formulation.result import evaluate
 from formulation.schema import InputError
 from instances.suites import PREFERENCES, SUITES_DIR
 from rl.decide import parse_weights
-from rl.decision_settings import HIERARCHICAL, POLICY_ONLY, DecisionSettings
+from rl.decision_settings import (
+    HIERARCHICAL,
+    POLICY_ONLY,
+    REAL_TIME,
+    Deadlines,
+    DecisionSettings,
+    StateKind,
+)
 from rl.env import InstanceStatics, NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import NO_BUDGETS, Budgets
@@ -372,6 +379,55 @@ def test_the_policy_builds_its_plan_after_a_cut_short_lower_level_only_with_fall
         assert len(scheduler.cut_short) == 1 and candidates
         assert len(episodes) == expected
     assert DecisionSettings().fallback  # on by default
+
+
+def test_deadlines_are_seconds_and_name_the_field_they_reject():
+    assert Deadlines(0.3, 0.2, 0.1).of(StateKind.NEW_STATE) == 0.2
+    assert [Deadlines().of(kind) for kind in StateKind] == [0.09, 0.014, 0.007]
+    for bad in (0, -1.0, float("nan"), True, "0.1", 1e9):
+        with pytest.raises(ValueError, match="deadlines.known_state must be a number"):
+            Deadlines(known_state=bad)
+    assert REAL_TIME.deadlines == Deadlines() and not REAL_TIME.fallback
+    assert REAL_TIME.to_dict()["deadlines"]["new_state"] == 0.014
+
+
+def test_a_decision_under_deadlines_gets_the_deadline_of_what_the_scheduler_knows(
+        checkpoint: Path, instance: Instance, monkeypatch: pytest.MonkeyPatch):
+    """The lower level's time is the deadline of the request's kind of state, at most
+    ``lower_time``: the first decision on an instance has the new instance's, a new budget
+    on a state decided the known state's, a bandwidth or load change the new state's;
+    after :meth:`Scheduler.forget` the instance is new again. Without deadlines,
+    ``lower_time``."""
+    import rl.scheduler as scheduler_module
+
+    granted = []
+    of = scheduler_module.Allowance.of
+    monkeypatch.setattr(scheduler_module.Allowance, "of", staticmethod(
+        lambda seconds, work, start=None: granted.append(seconds) or of(seconds, work)))
+    scheduler = Scheduler(checkpoint)
+    granted.clear()  # the process's warm-up decision, where this scheduler made it
+    settings = DecisionSettings(lower_time=0.25, deadlines=Deadlines(0.3, 0.2, 0.1))
+    slower = instance.with_link_state(bandwidth_gbps=instance.links.bandwidth_gbps * 0.8)
+    fewer = instance.with_link_state(free_gpus=instance.free_gpus - 1)
+    expected = []
+    for state, budgets, kind, seconds in (
+            (instance, NO_BUDGETS, StateKind.NEW_INSTANCE, 0.25),  # lower_time is less
+            (instance, Budgets(gpus=instance.free_gpus.sum() - 1), StateKind.KNOWN_STATE,
+             0.1),
+            (slower, NO_BUDGETS, StateKind.NEW_STATE, 0.2),
+            (fewer, NO_BUDGETS, StateKind.NEW_STATE, 0.2),
+            (slower, Budgets(gpus=8), StateKind.KNOWN_STATE, 0.1)):
+        assert scheduler.state_kind(state) is kind
+        with contextlib.suppress(NoPlanWithinBudget):
+            scheduler.plans(state, (1, 0, 0), budgets, settings)
+        expected.append(seconds)
+    assert granted == expected
+    scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, settings)  # answered: no allowance
+    assert len(granted) == len(expected)
+    scheduler.forget()
+    assert scheduler.state_kind(slower) is StateKind.NEW_INSTANCE
+    scheduler.plans(slower, (0, 1, 0), NO_BUDGETS, HIERARCHICAL)
+    assert granted[-1] == HIERARCHICAL.lower_time
 
 
 def test_budgets_are_met_explained_and_an_impossible_one_is_refused(checkpoint: Path,
