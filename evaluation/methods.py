@@ -217,6 +217,10 @@ class HippoOptions(MethodOptions):
     fallback: bool | None = None
     """The upper level builds its own plan where the lower level ran out of time or work
     with one (off: a deadline of milliseconds holds)."""
+    deadlines: bool = False
+    """The lower level until the deadline of the request's kind of state
+    (:class:`rl.decision_settings.Deadlines`), at most ``lower_time``; the sweep's
+    resumed decisions have ``lower_time`` itself."""
     samples: int = 0
     """Sampled plans per preference besides the greedy one (seeded when > 0)."""
     polish: int = 0
@@ -237,6 +241,9 @@ class HippoOptions(MethodOptions):
         settings = {name: value for name in names if (value := getattr(self, name)) is not None}
         if self.lower_work is not None and self.lower_time is None:
             settings["lower_time"] = None  # the counted limit alone, as rl.decide's
+        if self.deadlines:
+            from rl.decision_settings import Deadlines  # rl is there where Hi-PPO runs
+            settings["deadlines"] = Deadlines()
         return settings
 
     def inputs(self) -> list[Path]:
@@ -271,6 +278,10 @@ class HippoOptions(MethodOptions):
                             help="Hi-PPO: the upper level builds its own plan where the "
                                  "lower level ran out of time or work with one (default: "
                                  "rl.decide's, on; off, a deadline of milliseconds holds)")
+        parser.add_argument("--hippo-deadlines", action="store_true",
+                            help="Hi-PPO: the lower level until the deadline of the "
+                                 "request's kind of state (rl.decision_settings.Deadlines), "
+                                 "at most --hippo-lower-time; resumed decisions without")
         parser.add_argument("--hippo-samples", type=integer_arg(0, 1024), default=0,
                             help="Hi-PPO: sampled plans per preference besides the greedy one")
         parser.add_argument("--hippo-polish", type=integer_arg(0, 1000), default=0,
@@ -295,6 +306,7 @@ class HippoOptions(MethodOptions):
                    pairs=args.hippo_pairs, lower_time=args.hippo_lower_time,
                    lower_work=args.hippo_lower_work, exhaust=args.hippo_exhaust,
                    policy_plan=args.hippo_policy_plan, fallback=args.hippo_fallback,
+                   deadlines=args.hippo_deadlines,
                    resume=args.hippo_resume,
                    samples=args.hippo_samples, polish=args.hippo_polish,
                    starts=args.hippo_starts)

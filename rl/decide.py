@@ -21,7 +21,7 @@ plan so far (``--no-exhaust``: not these), all within ``--lower-time`` seconds (
 the policy's own plan only). The policy builds its own plan too with ``--policy-plan``, and
 always where the lower level finds none or runs out of time (with ``--no-fallback``, only
 where it finds none: under a deadline of milliseconds the policy's episode would outlast
-it; README, "A deadline of milliseconds"). Where the ranked pairs give
+it; README, "Decisions under a deadline"). Where the ranked pairs give
 no plan (the masks offer none within the budgets, or the DP places none), the lower level
 places every other pair before the decision says there is none: the masks' completion
 test is sufficient, not necessary, and plans that mix (tp, recompute) options across
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=HIERARCHICAL.policy_plan,
                         help="the upper level also builds its own plan where the lower "
                         "level places pairs (default: off; its plan only where the lower "
-                        "level finds none or runs out of time)")
+                        "level finds none or, with --fallback, runs out of time)")
     parser.add_argument("--fallback", action=argparse.BooleanOptionalAction,
                         default=HIERARCHICAL.fallback,
                         help="the upper level builds its own plan where the lower level "

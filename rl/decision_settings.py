@@ -19,14 +19,18 @@ MAX_POLISH = 1000
 
 
 class StateKind(enum.Enum):
-    """What a scheduler knows of a request's instance state when it decides."""
+    """What a scheduler knows of a request's instance state when it decides (the value:
+    the :class:`Deadlines` field)."""
 
-    NEW_INSTANCE = "new instance"
-    """No decision on the instance yet (its cold start falls inside the decision)."""
-    NEW_STATE = "new state"
-    """The instance was decided on other states only: its bandwidths or free GPUs changed
-    (the lower level starts from the plans kept from those states)."""
-    KNOWN_STATE = "known state"
+    NEW_INSTANCE = "new_instance"
+    """No decision on the instance yet (its cold start falls inside the decision). An
+    instance is all of it but its free GPUs and its links' bandwidth and latency
+    (:meth:`rl.env.InstanceStatics.key`): a change of the links' prices makes a new one."""
+    NEW_STATE = "new_state"
+    """The instance was decided on other states only: its links' bandwidth or latency or
+    its free GPUs changed (the lower level starts from the plans kept from those
+    states)."""
+    KNOWN_STATE = "known_state"
     """A decision on this very state was made before: a new preference or budget."""
 
 
@@ -34,11 +38,12 @@ class StateKind(enum.Enum):
 class Deadlines:
     """Seconds from a decision's start until which its lower level may run, by what the
     scheduler knows of the state (:class:`StateKind`). The defaults are issue 14's
-    latency targets (100, 20 and 10 ms at the p99) less what a decision does after its
-    lower level stops (the run in progress finishing its step, the candidates scored):
-    about 3 ms at K = 20 here (README, "Decisions under a deadline"). Past its deadline a
-    pair keeps the best plan its runs found; the decision is cut short
-    (:meth:`rl.scheduler.Scheduler.resume` goes on from it)."""
+    latency targets at the p99 (100, 20 and 10 ms) less 10, 6 and 3 ms for what a
+    decision does after its lower level stops (the run in progress finishing its step,
+    the candidates scored), set from ``scripts/bench_hippo.py --deadlines`` runs at K = 20
+    here so that the p99s stay below the targets (README, "Decisions under a deadline").
+    Past its deadline a pair keeps the best plan its runs found; the decision is cut short
+    (:meth:`rl.scheduler.Scheduler.resume` goes on from it, without the deadlines)."""
 
     new_instance: float = 0.09
     new_state: float = 0.014
@@ -53,8 +58,7 @@ class Deadlines:
                                  f"(0, {MAX_DEADLINE_S:g}], got {value!r}")
 
     def of(self, kind: StateKind) -> float:
-        return {StateKind.NEW_INSTANCE: self.new_instance, StateKind.NEW_STATE:
-                self.new_state, StateKind.KNOWN_STATE: self.known_state}[kind]
+        return getattr(self, kind.value)
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,8 @@ class DecisionSettings:
     """Whether the upper level also builds a plan of its own (the greedy episode, one
     forward pass per segment: about 30 ms at K = 20) where the lower level places pairs.
     Off, the upper level only ranks the pairs (one forward pass) and builds its plan only
-    where the lower level finds none or runs out of ``lower_time``; always on with
+    where the lower level finds none or (with ``fallback``) runs out of ``lower_time``;
+    always on with
     ``pairs`` 0, ``samples``, ``starts`` or ``polish``."""
     fallback: bool = True
     """Whether the upper level builds its own plan (the greedy episode) where the lower
@@ -128,6 +133,12 @@ class DecisionSettings:
                 and 1 <= self.lower_work <= MAX_WORK):
             raise ValueError(f"lower_work must be an integer in [1, {MAX_WORK}], got "
                              f"{self.lower_work!r}")
+        if self.deadlines is not None and not isinstance(self.deadlines, Deadlines):
+            raise ValueError(f"deadlines must be Deadlines or None, got {self.deadlines!r}")
+        for name in ("exhaust", "policy_plan", "fallback", "starts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got "
+                                 f"{getattr(self, name)!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -51,7 +51,7 @@ from rl.masks import NO_BUDGETS, Budgets
 from rl.networks import OBS_KEYS, CachedEncoder, HiPPOPolicy, as_tensors
 from rl.sweep import COST_STEPS, SWEEP_PREFERENCES, sweep_front
 from rl.train import load_checkpoint
-from rl.warm_starts import LatestPlans
+from rl.warm_starts import LatestPlans, StatesDecided
 from solvers.front import Front, versions
 from solvers.local_search import local_search
 
@@ -122,7 +122,7 @@ class Scheduler:
         # the fronts built (:meth:`front`): a later request on their state is a lookup
         self.fronts = FrontBook()
         # the states decided on (:meth:`state_kind`), by instance
-        self.decided: dict[tuple, set[tuple]] = {}
+        self.states_decided = StatesDecided()
         torch.set_num_threads(1)
         self._warm_up()
         if freeze_gc and not _FROZEN:
@@ -143,7 +143,7 @@ class Scheduler:
         self.answers.clear()
         self.cut_short.clear()
         self.latest.clear()
-        self.decided.clear()
+        self.states_decided.clear()
         self.env.caches.clear()
         _WARMED_UP.append(True)
 
@@ -155,7 +155,7 @@ class Scheduler:
         self.cut_short.clear()
         self.latest.clear()
         self.fronts.clear()
-        self.decided.clear()
+        self.states_decided.clear()
         forget()
 
     def _episodes(self, instance: Instance, weights: np.ndarray, budgets: Budgets,
@@ -260,22 +260,24 @@ class Scheduler:
         return self._decided(instance, weights, budgets, settings, request)
 
     def _decided(self, instance: Instance, weights, budgets: Budgets,
-                 settings: DecisionSettings, request: tuple) -> list[tuple[Plan, float]]:
-        """The decision proper (:meth:`_plans`) within a new allowance, remembered as the
-        answer to ``request`` (and as cut short where its lower level ran out)."""
+                 settings: DecisionSettings, request: tuple, deadlines: bool = True
+                 ) -> list[tuple[Plan, float]]:
+        """The decision proper (:meth:`_plans`) within a new allowance (with ``deadlines``,
+        the settings' deadline of the state's kind where they have them), remembered as
+        the answer to ``request`` (and as cut short where its lower level ran out)."""
         self._lower_ran_out = False
         lower_time = settings.lower_time
-        if settings.deadlines is not None:
+        if deadlines and settings.deadlines is not None:
             deadline = settings.deadlines.of(self.state_kind(instance))
             lower_time = deadline if lower_time is None else min(lower_time, deadline)
         allowance = Allowance.of(lower_time, settings.lower_work)
-        out = self._plans(instance, preference(weights), budgets, settings, allowance)
+        try:
+            out = self._plans(instance, preference(weights), budgets, settings, allowance)
+        finally:  # raising too: what the state's decision made (caches, memory) is kept
+            self.states_decided.add(InstanceStatics.key(instance), self._state_key(instance))
         if len(self.answers) >= MAX_ANSWERS:
             self.answers.clear()
             self.cut_short.clear()
-            self.decided.clear()
-        self.decided.setdefault(InstanceStatics.key(instance), set()).add(
-            self._state_key(instance))
         self.answers[request] = out
         if self._lower_ran_out:
             self.cut_short.add(request)
@@ -283,12 +285,16 @@ class Scheduler:
 
     def state_kind(self, instance: Instance) -> StateKind:
         """What this scheduler knows of ``instance``'s state: whether it decided on it, or
-        on other states of the instance only, or on none (since :meth:`forget`)."""
-        states = self.decided.get(InstanceStatics.key(instance))
-        if not states:
+        on other states of the instance only, or on none (since :meth:`forget`), and
+        still holds what those decisions made: the instance's statics and the state's
+        rules (its environment drops its caches past a size, :meth:`PlanEnv.cache_of`)."""
+        instance_key, caches = InstanceStatics.key(instance), self.env.caches
+        if not self.states_decided.knows(instance_key) \
+                or ("statics", *instance_key) not in caches:
             return StateKind.NEW_INSTANCE
-        return StateKind.KNOWN_STATE if self._state_key(instance) in states \
-            else StateKind.NEW_STATE
+        known = self.states_decided.knows(instance_key, self._state_key(instance)) \
+            and InstanceCache.key(instance) in caches
+        return StateKind.KNOWN_STATE if known else StateKind.NEW_STATE
 
     @staticmethod
     def _state_key(instance: Instance) -> tuple:
@@ -310,7 +316,10 @@ class Scheduler:
     def resume(self, instance: Instance, weights, budgets: Budgets = NO_BUDGETS,
                settings: DecisionSettings = HIERARCHICAL) -> list[tuple[Plan, float]] | None:
         """A request answered before whose lower level ran out of its time or work, decided
-        again with a new allowance: its search goes on from what the first decision found
+        again with a new allowance, the settings' ``lower_time`` and ``lower_work`` without
+        their ``deadlines`` (the request's deadline has passed: resuming is what a caller
+        does with the time it has after answering): its search goes on from what the
+        first decision found
         (the lower level's plans and floors on the state, and the feasibility runs the
         allowance stopped, which it bisects above). None where the request was not cut
         short, or was resumed already (nothing to resume): once per request, until
@@ -322,7 +331,8 @@ class Scheduler:
         self.cut_short.discard(request)
         first = self.answers.pop(request)
         try:  # decided, not read off a front: the new allowance is the point
-            out = self._decided(instance, weights, budgets, settings, request)
+            out = self._decided(instance, weights, budgets, settings, request,
+                                deadlines=False)
         except NoPlanWithinBudget:
             self.answers[request] = first
             raise

@@ -34,6 +34,35 @@ INSTANCES = 64  # instances kept, the least recently decided dropped first
 Pair = tuple[int, int]
 
 
+class StatesDecided:
+    """The states of each instance a scheduler decided on, the ``INSTANCES`` latest
+    instances and each one's ``STATES`` latest states (what
+    :meth:`rl.scheduler.Scheduler.state_kind` reads)."""
+
+    STATES = 1024
+
+    def __init__(self):
+        self._states: OrderedDict[Hashable, dict[Hashable, None]] = OrderedDict()
+
+    def clear(self) -> None:
+        self._states.clear()
+
+    def add(self, instance: Hashable, state: Hashable) -> None:
+        states = self._states.pop(instance, {})
+        states.pop(state, None)
+        states[state] = None  # the latest last
+        if len(states) > self.STATES:
+            del states[next(iter(states))]
+        self._states[instance] = states
+        if len(self._states) > INSTANCES:
+            self._states.popitem(last=False)
+
+    def knows(self, instance: Hashable, state: Hashable | None = None) -> bool:
+        """Whether a state of ``instance`` was decided on (with ``state``: that one)."""
+        states = self._states.get(instance)
+        return bool(states) and (state is None or state in states)
+
+
 class LatestPlans:
     """The lower level's latest plans per instance and (dp, micro-batch) pair, each with
     the step time it had on the state it was placed on."""

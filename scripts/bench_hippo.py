@@ -3,7 +3,7 @@
     python scripts/bench_hippo.py [--checkpoint FILE] [--domains 20] [--model 70b]
                                   [--instance-seeds 1 2 3] [--repeats 50] [--seed 0] [--pairs N]
                                   [--lower-time S] [--deadlines] [--no-fallback]
-                                  [--record FILE] [--against FILE]
+                                  [--resume] [--record FILE] [--against FILE]
 
 On generated instances (the generator's full search space, one per topology and seed):
 
@@ -48,11 +48,16 @@ plan of its own where the lower level ran out of time with one
 holds).
 
 What a shorter deadline costs: ``--record FILE`` writes each timed decision (kind,
-instance, latency, the least scalarised cost ``J`` of its plans, with the preference
-(1, 0, 0) the step time over ``T_base``) and the run's protocol; ``--against FILE`` reads
-such a record of another run of the same protocol (checkpoint, instances, repeats, seed:
-the same requests) and compares this run's ``J`` with it, decision by decision, per
-kind. One instance of another seed is decided first, untimed, as a running
+instance, a digest of its state and budgets, latency, the least scalarised cost ``J`` of
+its plans, with the preference (1, 0, 0) the step time over ``T_base``) and the run's
+protocol; ``--against FILE`` reads such a record of another run of the same protocol
+(checkpoint, instances, repeats, seed: the same requests, which the digests check) and
+compares this run's ``J`` with it, decision by decision, per kind. With ``--resume``
+each timed decision that was cut short is then resumed
+(:meth:`~rl.scheduler.Scheduler.resume`: its search goes on without the deadlines, as a
+scheduler would in the time it has after answering), timed apart ("resumed"), and its
+``J`` after that is recorded and compared too. The later decisions start from what the
+resumed ones found. One instance of another seed is decided first, untimed, as a running
 scheduler would have (imports, first calls). Prints p50 / p99 / max in milliseconds per
 kind.
 """
@@ -138,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fallback", dest="fallback", action="store_false",
                         help="the policy builds no plan of its own where the lower level "
                         "ran out of time with one")
+    parser.add_argument("--resume", action="store_true",
+                        help="after each timed decision cut short, resume it (untimed "
+                        "there; its own row), as a scheduler would with idle time")
     parser.add_argument("--record", type=Path,
                         help="write each timed decision's kind, latency and J here (JSON)")
     parser.add_argument("--against", type=Path,
@@ -226,10 +234,13 @@ def _bench(args: argparse.Namespace) -> None:
                 if args.checkpoint.is_file() else None,
                 "domains": args.domains, "model": args.model,
                 "instance_seeds": list(args.seeds), "repeats": args.repeats, "seed": args.seed}
-    reference = None if args.against is None else _reference(args.against, protocol)
     record = output_path(args.record, [args.against, args.checkpoint], "--record",
                          stdout=False)
-    recorded = []  # [kind, instance, latency s, J or None] of each timed decision
+    reference = None if args.against is None else _reference(args.against, protocol)
+    # [kind, instance, request, latency s, J or None, J resumed or None] of each timed
+    # decision (J only where a record is written or compared: it is not free)
+    recorded = []
+    comparing = args.record is not None or args.against is not None
     rng = np.random.default_rng(args.seed)
     scheduler = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     collections = Collections()
@@ -244,7 +255,12 @@ def _bench(args: argparse.Namespace) -> None:
     # (J read off the front, J decided before it) of the "new budget" requests: with the
     # preference (1, 0, 0), J is the step time over T_base
     new_budget_costs = []
-    fell_back = 0  # requests after the front that it did not answer
+    unanswered = 0  # requests after the front that it did not answer
+    def least_of(state, candidates) -> float | None:  # J of a decision's best plan
+        return _least_cost(state, candidates, np.array([1.0, 0.0, 0.0]),
+                           scheduler.env.cache_of(state).scale) \
+            if candidates and comparing else None
+
     warm_up = generate_instance(min(args.domains, 10), args.model, 800_000, "random")
     scheduler.front(warm_up, settings=settings)
     for seed in args.seeds:
@@ -269,10 +285,19 @@ def _bench(args: argparse.Namespace) -> None:
                                                      settings)
                 finally:
                     collections.timing = False
-                least = _least_cost(state, candidates, np.array([1.0, 0.0, 0.0]),
-                                    scheduler.env.cache_of(state).scale) \
-                    if candidates else None
-                recorded.append([kind, state.name, breakdown.calls[kind][-1], least])
+                least = least_of(state, candidates)
+                resumed = None
+                if args.resume:  # untimed above, as in a scheduler's idle time
+                    resumed = least
+                    with breakdown.timing("resumed"), \
+                            contextlib.suppress(NoPlanWithinBudget):
+                        again = scheduler.resume(state, (1.0, 0.0, 0.0), budgets, settings)
+                        if again is not None:
+                            resumed = least_of(state, again)
+                request = hashlib.sha256(f"{state.content_hash()} {budgets.to_dict()}".encode()
+                                         ).hexdigest()[:16] if comparing else None
+                recorded.append([kind, state.name, request, breakdown.calls[kind][-1],
+                                 least, resumed])
                 return budgets, candidates
 
             for _ in range(max(1, args.repeats // 5)):
@@ -306,7 +331,7 @@ def _bench(args: argparse.Namespace) -> None:
                         rng.uniform(0, 1) * max(p.objectives[2] for p in front.points)))
                 if scheduler.fronts.answer(key, weights, budgets,
                                            scheduler.multipliers) is None:
-                    fell_back += 1
+                    unanswered += 1
                     continue
                 with breakdown.timing("from the front"):
                     read = scheduler.plans(instance, weights, budgets, settings)
@@ -334,76 +359,86 @@ def _bench(args: argparse.Namespace) -> None:
             print(f"  {line}")
     print(collections.summary())
     collections.close()
-    print(f"requests after the front decided instead of read off it: {fell_back}")
+    print(f"requests after the front decided instead of read off it: {unanswered}")
     _compare("requests after the front, J read off it against decided", costs)
     _compare("new budgets, step time read off the front against decided before it",
              new_budget_costs)
-    if reference is not None:
-        _against(args.against, reference, recorded)
-    if record is not None:
+    if record is not None:  # before the comparison, which may find other requests
         write_atomic(record, lambda path: path.write_text(dumps(
             {"protocol": protocol, "settings": settings.to_dict(),
              "decisions": recorded}), encoding="utf-8"))
+    if reference is not None:
+        _against(args.against, reference, recorded)
 
 
 def _compare(what: str, pairs: list[tuple[float, float]]) -> None:
     """How a figure read off the front compares with the decision's (lower is better)."""
-    if not pairs:
-        return
-    ratio = np.asarray([a / b - 1 for a, b in pairs])
-    print(f"{what} (n = {len(ratio)}): better {np.mean(ratio < -1e-9):.1%}, "
-          f"the same {np.mean(abs(ratio) <= 1e-9):.1%}, worse {np.mean(ratio > 1e-9):.1%} "
-          f"(at most {max(ratio.max(), 0.0):.2%} worse, {abs(min(ratio.min(), 0.0)):.2%} "
-          "better)")
+    if pairs:
+        print(f"{what} {_ratios(pairs)}")
 
 
 def _reference(path: Path, protocol: dict) -> list[list]:
     """The decisions of a ``--record`` file, checked to be of ``protocol``'s run."""
-    document = Reader(read_json(path, "--against"), "")
-    theirs = document.raw("protocol")
-    for field, value in protocol.items():
-        if not isinstance(theirs, dict) or theirs.get(field) != value:
-            raise InputError(f"--against {path}: protocol.{field} is not this run's "
-                             f"({value!r}): its decisions are of other requests")
-    document.raw("settings")
-    decisions = document.items("decisions", _recorded)
-    document.finish()
+    document = read_json(path, "--against")
+    try:
+        document = Reader(document, "")
+        theirs = document.raw("protocol")
+        for field, value in protocol.items():
+            if not isinstance(theirs, dict) or theirs.get(field) != value:
+                raise InputError(f"protocol.{field} is not this run's ({value!r}): its "
+                                 "decisions are of other requests")
+        document.raw("settings")
+        decisions = document.items("decisions", _recorded)
+        document.finish()
+    except InputError as err:
+        raise InputError(f"--against {path}: {err}") from None
     return decisions
 
 
 def _recorded(value, field: str) -> list:
-    """One decision of a record: [kind, instance, latency s, J or None]."""
-    if not (isinstance(value, list) and len(value) == 4 and isinstance(value[0], str)
-            and isinstance(value[1], str)):
-        raise InputError(f"{field} must be [kind, instance, latency s, J or null]")
-    check_number(value[2], f"{field}[2]", low=0)
-    if value[3] is not None:
-        check_number(value[3], f"{field}[3]", low=0, low_open=True)
+    """One decision of a record: [kind, instance, request, latency s, J or None, J
+    resumed or None] (request: a digest of the state and the budgets)."""
+    if not (isinstance(value, list) and len(value) == 6
+            and all(isinstance(v, str) for v in value[:3])):
+        raise InputError(f"{field} must be [kind, instance, request, latency s, J or null, "
+                         "J resumed or null]")
+    check_number(value[3], f"{field}[3]", low=0)
+    for i in (4, 5):
+        if value[i] is not None:
+            check_number(value[i], f"{field}[{i}]", low=0, low_open=True)
     return value
 
 
 def _against(path: Path, reference: list[list], recorded: list[list]) -> None:
-    """Each kind's J against the reference run's, decision by decision (lower is
-    better)."""
-    if [r[:2] for r in reference] != [r[:2] for r in recorded]:
+    """Each kind's J (and with ``--resume`` its J resumed) against the reference run's J,
+    decision by decision (lower is better)."""
+    if [r[:3] for r in reference] != [r[:3] for r in recorded]:
         raise InputError(f"--against {path}: its decisions are not this run's requests "
-                         "(kinds and instances differ)")
-    print(f"J against {path} (each decision against the same request's there):")
-    for kind in dict.fromkeys(r[0] for r in recorded):
-        pairs = [(mine[3], theirs[3]) for mine, theirs in zip(recorded, reference,
-                                                              strict=True)
-                 if mine[0] == kind]
-        both = [(a, b) for a, b in pairs if a is not None and b is not None]
-        ratio = np.asarray([a / b - 1 for a, b in both])
-        alone = sum((a is None) != (b is None) for a, b in pairs)
-        line = f"  {kind} (n = {len(pairs)}"
-        line += f"; {alone} with a plan in one run only)" if alone else ")"
-        if len(ratio):
-            line += (f": the same {np.mean(abs(ratio) <= 1e-9):.0%}, worse "
-                     f"{np.mean(ratio > 1e-9):.0%}, better {np.mean(ratio < -1e-9):.0%}; "
-                     f"mean {ratio.mean():+.2%}, p90 {np.percentile(ratio, 90):+.2%}, "
-                     f"at most {ratio.max():+.2%}")
-        print(line)
+                         "(their states or budgets differ)")
+    resumed = any(r[5] is not None for r in recorded)
+    for column, what in ((4, "J"), (5, "J resumed")) if resumed else ((4, "J"),):
+        print(f"{what} against {path}'s J (each decision against the same request's "
+              "there):")
+        for kind in dict.fromkeys(r[0] for r in recorded):
+            pairs = [(mine[column], theirs[4])
+                     for mine, theirs in zip(recorded, reference, strict=True)
+                     if mine[0] == kind]
+            print(f"  {kind} {_ratios(pairs)}")
+
+
+def _ratios(pairs: list[tuple[float | None, float | None]]) -> str:
+    """How the first of each pair compares with the second (lower is better)."""
+    both = [(a, b) for a, b in pairs if a is not None and b is not None]
+    ratio = np.asarray([a / b - 1 for a, b in both])
+    alone = sum((a is None) != (b is None) for a, b in pairs)
+    line = f"(n = {len(pairs)}" + (f"; {alone} with a plan in one run only)" if alone
+                                   else ")")
+    if len(ratio):
+        line += (f": the same {np.mean(abs(ratio) <= 1e-9):.1%}, worse "
+                 f"{np.mean(ratio > 1e-9):.1%}, better {np.mean(ratio < -1e-9):.1%}; "
+                 f"mean {ratio.mean():+.2%}, p90 {np.percentile(ratio, 90):+.2%}, "
+                 f"from {ratio.min():+.2%} to {ratio.max():+.2%}")
+    return line
 
 
 def _least_cost(instance, candidates, weights, scale) -> float:

@@ -395,9 +395,9 @@ def test_a_decision_under_deadlines_gets_the_deadline_of_what_the_scheduler_know
         checkpoint: Path, instance: Instance, monkeypatch: pytest.MonkeyPatch):
     """The lower level's time is the deadline of the request's kind of state, at most
     ``lower_time``: the first decision on an instance has the new instance's, a new budget
-    on a state decided the known state's, a bandwidth or load change the new state's;
-    after :meth:`Scheduler.forget` the instance is new again. Without deadlines,
-    ``lower_time``."""
+    on a state decided the known state's, a bandwidth or load change the new state's; a
+    resumed decision has ``lower_time``; after :meth:`Scheduler.forget` the instance is new
+    again. Without deadlines, ``lower_time``."""
     import rl.scheduler as scheduler_module
 
     granted = []
@@ -424,10 +424,28 @@ def test_a_decision_under_deadlines_gets_the_deadline_of_what_the_scheduler_know
     assert granted == expected
     scheduler.plans(instance, (1, 0, 0), NO_BUDGETS, settings)  # answered: no allowance
     assert len(granted) == len(expected)
+    # resumed, a request has lower_time: its deadline has passed
+    scheduler.cut_short.add(scheduler._request(instance, (1, 0, 0), NO_BUDGETS, settings))
+    assert scheduler.resume(instance, (1, 0, 0), NO_BUDGETS, settings) is not None
+    assert granted[-1] == 0.25 and len(granted) == len(expected) + 1
     scheduler.forget()
     assert scheduler.state_kind(slower) is StateKind.NEW_INSTANCE
     scheduler.plans(slower, (0, 1, 0), NO_BUDGETS, HIERARCHICAL)
     assert granted[-1] == HIERARCHICAL.lower_time
+
+
+def test_a_state_is_known_after_a_decision_on_it_that_raised_and_new_without_its_caches(
+        checkpoint: Path, instance: Instance):
+    """A decision that finds no plan within its budget made the state's caches: the next
+    request on the state is a known state's. Where the environment dropped its caches,
+    the instance is a new one again (its cold start falls inside the next decision)."""
+    scheduler = Scheduler(checkpoint)
+    assert scheduler.state_kind(instance) is StateKind.NEW_INSTANCE
+    with pytest.raises(NoPlanWithinBudget):
+        scheduler.plans(instance, (1, 0, 0), Budgets(gpus=1), REAL_TIME)
+    assert scheduler.state_kind(instance) is StateKind.KNOWN_STATE
+    scheduler.env.caches.clear()
+    assert scheduler.state_kind(instance) is StateKind.NEW_INSTANCE
 
 
 def test_budgets_are_met_explained_and_an_impossible_one_is_refused(checkpoint: Path,

@@ -130,6 +130,15 @@ def test_a_counted_lower_level_limit_replaces_the_time_limit():
     assert "lower_work" not in default_options()["hippo"].decision_settings()
 
 
+def test_deadlines_and_no_fallback_reach_the_decision_settings():
+    from rl.decision_settings import REAL_TIME, DecisionSettings
+
+    real_time = options_from_args(_parse("--hippo-deadlines", "--no-hippo-fallback"))["hippo"]
+    assert DecisionSettings(**real_time.decision_settings()) == REAL_TIME
+    default = default_options()["hippo"].decision_settings()
+    assert "deadlines" not in default and "fallback" not in default
+
+
 def test_a_front_under_a_counted_limit_is_the_same_front_under_any_load(monkeypatch):
     """Every decision of a Hi-PPO front under ``lower_work`` alone gets that DP work and no
     time limit; the limit binds (the front differs from an unlimited one) and the front

@@ -72,6 +72,7 @@ def _places(tmp: Path) -> dict[str, str]:
         (tmp / name / "records.json").write_text(json.dumps(document), encoding="utf-8")
     (tmp / "record-other.json").write_text(json.dumps(  # bench_hippo's, another protocol
         {"protocol": {"domains": 99}, "settings": {}, "decisions": []}), encoding="utf-8")
+    (tmp / "record-list.json").write_text("[]", encoding="utf-8")
     (tmp / "res-garbled").mkdir()
     (tmp / "res-garbled" / "records.json").write_text("[", encoding="utf-8")
     return {"tmp": str(tmp), "missing": str(tmp / "missing.json"),
@@ -129,6 +130,10 @@ BAD = [
     ("bench_hippo", ["--against", "{tmp}/record-other.json"],
      r"--against .*record-other.json: protocol.checkpoint_sha256 is not this run's"),
     ("bench_hippo", ["--record", "{tmp}/empty"], r"--record .*empty.* is a directory"),
+    ("bench_hippo", ["--against", "{tmp}/record-other.json", "--record",
+                     "{tmp}/record-other.json"], r"--record .* is an input of this run"),
+    ("bench_hippo", ["--against", "{tmp}/record-list.json"],
+     r"--against .*record-list.json: document must be an object"),
     ("closed_form_vs_simulation", ["--suite", "zzz"], r"--suite: invalid choice"),
     ("closed_form_vs_simulation", ["--plans", "-1"], r"--plans must be in"),
     ("closed_form_vs_simulation", ["--chains", "x"], r"--chains must be an integer"),
@@ -338,9 +343,9 @@ def test_bench_hippo_breakdown_counts_the_lower_levels_kernels_inside_its_blocks
 def test_bench_hippo_records_its_decisions_and_compares_a_run_with_a_record(tmp_path: Path):
     """``--record`` writes each timed decision's kind, instance, latency and J with the
     run's protocol; ``--against`` that record compares a run of the same protocol decision
-    by decision, per kind (a deterministic run: the same requests, and with the lower
-    level's memory forgotten at each instance the same J at least for the cold
-    decisions); a record of other requests is refused before the run."""
+    by decision, per kind, with ``--resume`` the resumed decisions' J too (the same
+    requests, and with the lower level's memory forgotten at each instance the same J for
+    the cold decisions); a record of other requests is refused before the run."""
     record = tmp_path / "record.json"
     tiny = ["--domains", "5", "--instance-seeds", "1", "--repeats", "1", "--unfreeze"]
     status, _, stderr = _run("bench_hippo", tiny + ["--record", str(record)])
@@ -350,13 +355,19 @@ def test_bench_hippo_records_its_decisions_and_compares_a_run_with_a_record(tmp_
     decisions = document["decisions"]
     kinds = [kind for kind, *_ in decisions]
     assert kinds.count("cold decision") == 3 and kinds.count("bandwidth change") == 3
-    assert all(latency >= 0 and (j is None or j > 0) for _, _, latency, j in decisions)
-    status, stdout, stderr = _run("bench_hippo", tiny + ["--no-fallback", "--against",
-                                                         str(record)])
+    assert all(len(request) == 16 and latency >= 0 and j > 0 and resumed is None
+               for _, _, request, latency, j, resumed in decisions)
+    again = tmp_path / "again.json"
+    status, stdout, stderr = _run("bench_hippo", tiny + [
+        "--deadlines", "--no-fallback", "--resume", "--against", str(record),
+        "--record", str(again)])
     assert status == 0, stderr
-    assert f"J against {record}" in stdout
-    cold = re.search(r"cold decision \(n = 3\): the same (\d+)%", stdout)
-    assert cold and cold.group(1) == "100", stdout
+    settings = json.loads(again.read_text(encoding="utf-8"))["settings"]
+    assert not settings["fallback"] and settings["deadlines"]["known_state"] > 0
+    assert f"J against {record}'s J" in stdout and f"J resumed against {record}'s J" in stdout
+    assert re.search(r"^resumed +p50 .*\(n = 15\)$", stdout, re.MULTILINE), stdout
+    cold = re.findall(r"cold decision \(n = 3\): the same ([\d.]+)%", stdout)
+    assert cold == ["100.0", "100.0"], stdout  # the deadline, 90 ms, is far above K = 5's
     for kind in ("warm, new budget", "bandwidth change", "load change"):
         assert re.search(rf"  {kind} \(n = \d+\)", stdout), stdout
     status, _, stderr = _run("bench_hippo", ["--domains", "6", "--instance-seeds", "1",
