@@ -1,9 +1,11 @@
-"""What a Hi-PPO decision says of its plan (:meth:`rl.scheduler.Scheduler.decide`): which
+"""What a Hi-PPO decision says of its plan (:meth:`rl.scheduler.Scheduler.decide`,
+:class:`PlanDecision`: the plan with its evaluation, reward split and explanation): which
 budget binds and by how much, which links, memory limits and GPU counts shaped the plan and
 what sets its 1F1B period, and a heatmap of its cross-domain traffic."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +14,50 @@ from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.outputs import write_figure
 from formulation.plan import Plan
-from formulation.result import Evaluation
+from formulation.result import Evaluation, evaluate
+from formulation.reward import reward, reward_terms
 from rl.masks import Budgets
 
 TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is memory-bound
+
+
+@dataclass
+class PlanDecision:
+    """One Hi-PPO decision: the plan, its evaluation, the preference and budgets it was
+    made for, its latency, reward split and explanation."""
+
+    plan: Plan
+    evaluation: Evaluation
+    weights: np.ndarray
+    budgets: Budgets
+    latency_s: float
+    reward: dict[str, float]
+    explanation: list[str]
+
+    def to_dict(self, instance: Instance) -> dict:
+        return {"plan": self.plan.to_dict(instance),
+                "objectives": list(self.evaluation.objectives),
+                "evaluation": self.evaluation.to_dict(), "weights": self.weights.tolist(),
+                "budgets": self.budgets.to_dict(), "latency_s": self.latency_s,
+                "reward": self.reward, "explanation": self.explanation}
+
+    @classmethod
+    def explained(cls, instance: Instance, plan: Plan, weights: np.ndarray,
+                  budgets: Budgets, effective: Budgets, latency_s: float,
+                  scale) -> PlanDecision:
+        """The decision of ``plan`` for ``weights`` and ``budgets`` (``effective``: joined
+        with the instance's own cost budget, :func:`rl.env.effective_budgets`): evaluated,
+        its reward split under the state's reward ``scale``, explained."""
+        result = evaluate(instance, plan)
+        objectives = np.array([result.objectives], dtype=float)
+        terms = reward_terms(objectives, scale)[0]
+        total = float(reward(objectives, weights, scale)[0])
+        return cls(plan, result, weights, budgets, latency_s,
+                   {"R_eff": float(terms[0]), "R_util": float(terms[1]),
+                    "R_cost": float(terms[2]), "R": total,
+                    "T_base_s": scale.t_base, "C_base_usd": scale.c_base},
+                   explain_budgets(instance, effective, plan, result)
+                   + explain(instance, plan, result))
 
 
 def explain_budgets(instance: Instance, budgets: Budgets, plan: Plan,

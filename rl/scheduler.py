@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +26,7 @@ import torch
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
-from formulation.result import Evaluation, evaluate
-from formulation.reward import preference, reward, reward_terms
+from formulation.reward import preference
 from formulation.schema import InputError
 from instances.generate import warm_up_instance
 from rl.decision_settings import HIERARCHICAL, DecisionSettings, StateKind
@@ -44,7 +42,7 @@ from rl.env import (
     effective_budgets,
     links_key,
 )
-from rl.explain import explain, explain_budgets
+from rl.explain import PlanDecision
 from rl.front_book import FrontBook
 from rl.lower import Allowance, forget, search
 from rl.masks import NO_BUDGETS, Budgets
@@ -65,27 +63,6 @@ class NoPlanInTime(NoPlanWithinBudget):
     """The masks offer no pair for the request and the lower level's DP found no plan of
     the others within its time or work limit: nothing is proven (a budget sweep ends there
     too)."""
-
-
-@dataclass
-class PlanDecision:
-    """One Hi-PPO decision: the plan, its evaluation, the preference and budgets it was
-    made for, its latency, reward split and explanation."""
-
-    plan: Plan
-    evaluation: Evaluation
-    weights: np.ndarray
-    budgets: Budgets
-    latency_s: float
-    reward: dict[str, float]
-    explanation: list[str]
-
-    def to_dict(self, instance: Instance) -> dict:
-        return {"plan": self.plan.to_dict(instance),
-                "objectives": list(self.evaluation.objectives),
-                "evaluation": self.evaluation.to_dict(), "weights": self.weights.tolist(),
-                "budgets": self.budgets.to_dict(), "latency_s": self.latency_s,
-                "reward": self.reward, "explanation": self.explanation}
 
 
 class Scheduler:
@@ -461,19 +438,10 @@ class Scheduler:
                              "model fits in no combination of the free GPUs)")
         plan, _ = max(candidates, key=lambda item: item[1])
         latency = time.perf_counter() - start
-        weights = preference(weights)
-        result = evaluate(instance, plan)
-        scale = self.env.cache_of(instance).scale  # the env may hold another request's state
-        objectives = np.array([result.objectives], dtype=float)
-        terms = reward_terms(objectives, scale)[0]
-        total = float(reward(objectives, weights, scale)[0])
-        return PlanDecision(plan, result, weights, budgets, latency,
-                            {"R_eff": float(terms[0]), "R_util": float(terms[1]),
-                             "R_cost": float(terms[2]), "R": total,
-                             "T_base_s": scale.t_base, "C_base_usd": scale.c_base},
-                            explain_budgets(instance, effective_budgets(instance, budgets),
-                                            plan, result)
-                            + explain(instance, plan, result))
+        # the scale of the instance's state: the env may hold another request's
+        return PlanDecision.explained(instance, plan, preference(weights), budgets,
+                                      effective_budgets(instance, budgets), latency,
+                                      self.env.cache_of(instance).scale)
 
     def front(self, instance: Instance, preferences=SWEEP_PREFERENCES,
               settings: DecisionSettings = HIERARCHICAL,
