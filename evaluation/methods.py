@@ -458,7 +458,7 @@ def _hippo_replan(instance: Instance, seed: int, options: HippoOptions) -> Plan 
 
     scheduler = _hippo_scheduler(options)
     settings = DecisionSettings(**{**options.decision_settings(), "seed": seed,
-                                   "lower_time": None,
+                                   "lower_time": None, "deadlines": None,
                                    "lower_work": int(HIPPO_REPLAN_BOUND_S * WORK_PER_SECOND)})
     # cold: a search stopped by its work limit leaves floors and witnesses in the lower
     # level's memory that would let a later decision on the state reach further
@@ -514,8 +514,8 @@ register(Method(
     _hippo, HippoOptions, seeded=lambda options: options.samples > 0,
     unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler,
     decision_bound_s=HIPPO_REPLAN_BOUND_S,
-    replan_fixed=("--hippo-lower-time", "--hippo-lower-work", "--hippo-resume",
-                  "--no-hippo-resume")))
+    replan_fixed=("--hippo-lower-time", "--hippo-lower-work", "--hippo-deadlines",
+                  "--hippo-resume", "--no-hippo-resume")))
 
 ALL_METHODS = list(METHODS)
 

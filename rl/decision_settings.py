@@ -101,8 +101,7 @@ class DecisionSettings:
     forward pass per segment: about 30 ms at K = 20) where the lower level places pairs.
     Off, the upper level only ranks the pairs (one forward pass) and builds its plan only
     where the lower level finds none or (with ``fallback``) runs out of ``lower_time``;
-    always on with
-    ``pairs`` 0, ``samples``, ``starts`` or ``polish``."""
+    always on with ``pairs`` 0, ``samples``, ``starts`` or ``polish``."""
     fallback: bool = True
     """Whether the upper level builds its own plan (the greedy episode) where the lower
     level ran out of ``lower_time`` or work with a plan found: at the 1 s limit on the
@@ -112,8 +111,9 @@ class DecisionSettings:
     deadlines: Deadlines | None = None
     """Where set, the lower level's time is the deadline of the request's kind of state
     (at most ``lower_time``): decisions within milliseconds, at the cost the README
-    measures (:data:`REAL_TIME`). A front sweeps with the settings it is given: with
-    these, each of its decisions after the first has the known state's deadline."""
+    measures (:data:`REAL_TIME`); a resumed decision has ``lower_time`` instead. A front
+    sweeps with the settings it is given: with these, each of its decisions after the
+    first has the known state's deadline."""
 
     def __post_init__(self):
         for name, most in (("pairs", 2 ** 31), ("samples", MAX_SAMPLES),

@@ -15,7 +15,7 @@ from formulation.instance import Instance
 from formulation.outputs import write_figure
 from formulation.plan import Plan
 from formulation.result import Evaluation, evaluate
-from formulation.reward import reward, reward_terms
+from formulation.reward import RewardScale, reward, reward_terms
 from rl.masks import Budgets
 
 TIGHT_MEMORY = 0.1  # a stage with less headroom than this share of memory is memory-bound
@@ -44,7 +44,7 @@ class PlanDecision:
     @classmethod
     def explained(cls, instance: Instance, plan: Plan, weights: np.ndarray,
                   budgets: Budgets, effective: Budgets, latency_s: float,
-                  scale) -> PlanDecision:
+                  scale: RewardScale) -> PlanDecision:
         """The decision of ``plan`` for ``weights`` and ``budgets`` (``effective``: joined
         with the instance's own cost budget, :func:`rl.env.effective_budgets`): evaluated,
         its reward split under the state's reward ``scale``, explained."""

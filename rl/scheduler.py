@@ -17,6 +17,7 @@ plans on each instance (:mod:`rl.warm_starts`) and what its DP runs proved, unti
 from __future__ import annotations
 
 import gc
+import hashlib
 import time
 from pathlib import Path
 
@@ -63,6 +64,12 @@ class NoPlanInTime(NoPlanWithinBudget):
     """The masks offer no pair for the request and the lower level's DP found no plan of
     the others within its time or work limit: nothing is proven (a budget sweep ends there
     too)."""
+
+
+def _state_digest(instance: Instance) -> bytes:
+    """A digest of what makes a state of its instance: the free GPUs and the links."""
+    free = np.asarray(instance.free_gpus, dtype=np.int64).tobytes()
+    return hashlib.blake2b(free + links_key(instance), digest_size=16).digest()
 
 
 class Scheduler:
@@ -251,7 +258,7 @@ class Scheduler:
         try:
             out = self._plans(instance, preference(weights), budgets, settings, allowance)
         finally:  # raising too: what the state's decision made (caches, memory) is kept
-            self.states_decided.add(InstanceStatics.key(instance), self._state_key(instance))
+            self.states_decided.add(InstanceStatics.key(instance), _state_digest(instance))
         if len(self.answers) >= MAX_ANSWERS:
             self.answers.clear()
             self.cut_short.clear()
@@ -269,7 +276,7 @@ class Scheduler:
         if not self.states_decided.knows(instance_key) \
                 or ("statics", *instance_key) not in caches:
             return StateKind.NEW_INSTANCE
-        known = self.states_decided.knows(instance_key, self._state_key(instance)) \
+        known = self.states_decided.knows(instance_key, _state_digest(instance)) \
             and InstanceCache.key(instance) in caches
         return StateKind.KNOWN_STATE if known else StateKind.NEW_STATE
 

@@ -37,7 +37,8 @@ Pair = tuple[int, int]
 class StatesDecided:
     """The states of each instance a scheduler decided on, the ``INSTANCES`` latest
     instances and each one's ``STATES`` latest states (what
-    :meth:`rl.scheduler.Scheduler.state_kind` reads)."""
+    :meth:`rl.scheduler.Scheduler.state_kind` reads; a state is a digest of 16 bytes, so
+    the whole is at most about 1.5 MB besides the instances' keys)."""
 
     STATES = 1024
 

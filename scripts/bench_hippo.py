@@ -287,8 +287,11 @@ def _bench(args: argparse.Namespace) -> None:
                     collections.timing = False
                 least = least_of(state, candidates)
                 resumed = None
+                cut_short = scheduler._request(state, (1.0, 0.0, 0.0), budgets,
+                                               settings) in scheduler.cut_short
                 if args.resume:  # untimed above, as in a scheduler's idle time
                     resumed = least
+                if args.resume and cut_short:  # timed: only the decisions that resume
                     with breakdown.timing("resumed"), \
                             contextlib.suppress(NoPlanWithinBudget):
                         again = scheduler.resume(state, (1.0, 0.0, 0.0), budgets, settings)

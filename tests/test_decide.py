@@ -27,7 +27,7 @@ from rl.decision_settings import (
     DecisionSettings,
     StateKind,
 )
-from rl.env import InstanceStatics, NoPlanWithinBudget
+from rl.env import InstanceCache, InstanceStatics, NoPlanWithinBudget
 from rl.lower import PERIOD_PRECISION, forget, place
 from rl.masks import NO_BUDGETS, Budgets
 from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
@@ -437,13 +437,16 @@ def test_a_decision_under_deadlines_gets_the_deadline_of_what_the_scheduler_know
 def test_a_state_is_known_after_a_decision_on_it_that_raised_and_new_without_its_caches(
         checkpoint: Path, instance: Instance):
     """A decision that finds no plan within its budget made the state's caches: the next
-    request on the state is a known state's. Where the environment dropped its caches,
-    the instance is a new one again (its cold start falls inside the next decision)."""
+    request on the state is a known state's. Where the environment dropped the state's
+    rules, it is a new state; where it dropped all its caches, the instance is a new one
+    again (its cold start falls inside the next decision)."""
     scheduler = Scheduler(checkpoint)
     assert scheduler.state_kind(instance) is StateKind.NEW_INSTANCE
     with pytest.raises(NoPlanWithinBudget):
         scheduler.plans(instance, (1, 0, 0), Budgets(gpus=1), REAL_TIME)
     assert scheduler.state_kind(instance) is StateKind.KNOWN_STATE
+    del scheduler.env.caches[InstanceCache.key(instance)]  # the state's rules dropped
+    assert scheduler.state_kind(instance) is StateKind.NEW_STATE
     scheduler.env.caches.clear()
     assert scheduler.state_kind(instance) is StateKind.NEW_INSTANCE
 

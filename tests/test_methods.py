@@ -17,6 +17,7 @@ from evaluation.methods import (
     MethodOptions,
     Nsga2Options,
     add_method_arguments,
+    check_replan_flags,
     default_options,
     options_from_args,
     register,
@@ -177,3 +178,16 @@ def test_a_front_under_a_counted_limit_is_the_same_front_under_any_load(monkeypa
 
     monkeypatch.setattr(solvers.chain, "label_dp", slow)
     assert front(lower_work=20_000) == counted
+
+
+def test_an_online_run_refuses_hippo_flags_its_replans_do_not_read():
+    """Hi-PPO's re-plans are held to a counted work bound, so its time limits, its
+    deadlines and its fronts' resumes would be ignored in silence: refused, for Hi-PPO
+    only."""
+    for flags in (["--hippo-deadlines"], ["--hippo-lower-work", "5000"],
+                  ["--no-hippo-resume"]):
+        args = _parse(*flags)
+        with pytest.raises(InputError, match=f"^{flags[0]}: hippo's online re-plans"):
+            check_replan_flags(args, ["greedy", "hippo"])
+        check_replan_flags(args, ["greedy"])
+    check_replan_flags(_parse("--no-hippo-fallback"), ["hippo"])  # read by the re-plans

@@ -7,7 +7,7 @@ import numpy as np
 from formulation.plan import Plan, Stage
 from rl import warm_starts
 from rl.masks import Budgets
-from rl.warm_starts import LatestPlans
+from rl.warm_starts import INSTANCES, LatestPlans, StatesDecided
 
 FREE = np.array([64, 64])  # free GPUs of the two domains of the state decided
 
@@ -75,3 +75,24 @@ def test_an_instance_is_all_of_it_but_its_load_and_its_links_state():
     deeper = dataclasses.replace(instance, model=dataclasses.replace(
         instance.model, layers=instance.model.layers + 1))
     assert InstanceStatics.key(smaller) != key and InstanceStatics.key(deeper) != key
+
+
+def test_the_states_decided_keep_the_latest_instances_and_states():
+    """Each instance keeps its ``STATES`` latest states, the ``INSTANCES`` latest
+    instances are kept; deciding a state again makes it and its instance the latest."""
+    decided = StatesDecided()
+    assert not decided.knows("a")
+    decided.add("a", 1)
+    assert decided.knows("a") and decided.knows("a", 1) and not decided.knows("a", 2)
+    for state in range(2, StatesDecided.STATES + 1):
+        decided.add("a", state)
+    decided.add("a", 1)  # again: the latest, so 2 is the oldest now
+    decided.add("a", StatesDecided.STATES + 1)
+    assert decided.knows("a", 1) and not decided.knows("a", 2)
+    for instance in range(INSTANCES - 1):
+        decided.add(instance, 0)
+    decided.add("a", 1)  # "a" the latest again: instance 0 is the oldest
+    decided.add("b", 0)
+    assert decided.knows("a") and not decided.knows(0) and decided.knows(1)
+    decided.clear()
+    assert not decided.knows("a")
