@@ -506,11 +506,11 @@ register(Method(
     "Hi-PPO agent: a budget sweep (GPU budget below each plan's GPUs, cost budgets at each "
     "GPU level) and one plan per suite preference (rl.decide); each decision: the lower "
     "level's plans (exact DP) for the --hippo-pairs pairs the policy ranks first, then, in "
-    "its order within --hippo-lower-time (or --hippo-lower-work units of DP work), every "
-    "pair a DP run cannot prove slower, and the "
-    "policy's own plan where the lower level finds none or runs out of time (always with "
-    "--hippo-policy-plan); --hippo-samples adds sampled plans, --hippo-polish their "
-    "local-search optima",
+    "its order within --hippo-lower-time (or --hippo-lower-work units of DP work; "
+    "--hippo-deadlines: the deadline of the state's kind), every pair a DP run cannot prove "
+    "slower, and the policy's own plan where the lower level finds none or runs out of time "
+    "(not the latter with --no-hippo-fallback; always with --hippo-policy-plan); "
+    "--hippo-samples adds sampled plans, --hippo-polish their local-search optima",
     _hippo, HippoOptions, seeded=lambda options: options.samples > 0,
     unavailable=_hippo_unavailable, replan=_hippo_replan, prepare=_hippo_scheduler,
     decision_bound_s=HIPPO_REPLAN_BOUND_S,
