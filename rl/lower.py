@@ -146,6 +146,10 @@ class Allowance:
 
     def __init__(self, deadline: float | None = None, work: int | None = None):
         self.deadline, self.work = deadline, work
+        # whether the lower level left work undone for want of time or work: a run or dive
+        # refused or stopped, or pairs left unplaced (not merely the clock past the deadline
+        # when the lower level is done, which the scoring after it can make so)
+        self.stopped = False
 
     @staticmethod
     def of(seconds: float | None, work: int | None, start: float | None = None
@@ -161,10 +165,17 @@ class Allowance:
         return (self.work is not None and self.work <= 0) or (
             self.deadline is not None and time.perf_counter() >= self.deadline)
 
+    def stops(self) -> bool:
+        """Whether the allowance is spent, and if so, that it stopped the lower level."""
+        if self.spent():
+            self.stopped = True
+            return True
+        return False
+
     def next_run(self) -> tuple[int, float]:
         """The work the next DP run may do and its deadline (inf: none); raises
         :class:`OutOfTime` where nothing is left."""
-        if self.spent():
+        if self.stops():
             raise OutOfTime
         return (UNLIMITED_WORK if self.work is None else self.work,
                 math.inf if self.deadline is None else self.deadline)
@@ -280,7 +291,7 @@ class _Runs:
     def dive(self, period: float) -> Terms | None:
         """A plan within the budgets with period at most ``period`` from one dive
         (:meth:`solvers.chain.Chain.dive`, charged to the allowance), or None."""
-        if self.allowance is not None and self.allowance.spent():
+        if self.allowance is not None and self.allowance.stops():
             raise OutOfTime
         before = self.chain.work
         found = self.chain.dive(self.caps(), period)
@@ -368,7 +379,9 @@ class _Runs:
                 found = chain.run(caps, period, MIN_STEP, value_cap=value_cap,
                                   feasibility=feasibility, work_budget=work,
                                   deadline=deadline)
-            except LabelBudgetExceeded:
+            except LabelBudgetExceeded:  # the allowance's work or deadline stopped it
+                if allowance is not None:
+                    allowance.stopped = True
                 if feasibility:
                     self.memory.cuts.append((self.gpus, self.cost, period))
                 raise
@@ -522,7 +535,7 @@ def search(ranked: Iterable[PairTables], budgets: Budgets, first: int, exhaust: 
         if exhaust and answered[rank] is not None:
             continue
         if rank >= first and (not exhaust or (allowance is not None
-                                              and allowance.spent())):
+                                              and allowance.stops())):
             break
         if exhaust and best < math.inf \
                 and beaten(tables, budgets, best * (1 - PERIOD_PRECISION), allowance):

@@ -365,14 +365,14 @@ class Scheduler:
                                allowance)
         # the lower level itself ran out (not the episodes around it): :meth:`resume`
         self._lower_ran_out = bool(settings.pairs) and allowance is not None \
-            and allowance.spent()
+            and allowance.stopped
         if failure is not None and not out:
             self._no_plan(instance, budgets, settings, failure, allowance)
             return []
         if failure is not None:
             return out
         if not episodes and (not ranked_found or settings.fallback
-                             and allowance is not None and allowance.spent()):
+                             and allowance is not None and allowance.stopped):
             # the lower level found nothing, or ran out of time: the policy's own plan too
             out += self._episodes(instance, weights, budgets, 0, generator)[0]
         return out
@@ -407,7 +407,7 @@ class Scheduler:
         if a plan exists without the request's GPU and cost budgets; returns where none
         exists at all."""
         def late() -> bool:
-            return allowance is not None and allowance.spent()
+            return allowance is not None and allowance.stopped
 
         def out_of_time() -> NoPlanInTime:  # the limit that ran out: work, or else time
             worked_out = allowance.work is not None and allowance.work <= 0

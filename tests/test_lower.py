@@ -237,6 +237,23 @@ def test_a_deadline_stops_the_runs_and_keeps_the_hint():
         DecisionSettings(lower_work=0)
 
 
+def test_an_allowance_says_it_stopped_the_lower_level_only_where_it_left_work_undone():
+    """A run refused or stopped for want of time or work marks the allowance ``stopped``;
+    a lower level that finished within it does not, even where the clock passes the
+    deadline after it (a decision's scoring can: it would be resumed for nothing)."""
+    instance = Instance.load(QUICK[2])
+    pair = all_pair_tables(instance)[0]
+    for allowance in (Allowance(deadline=time.perf_counter() - 1), Allowance(work=1)):
+        forget()
+        place(pair, Budgets(), allowance=allowance)
+        assert allowance.stopped
+    forget()
+    ample = Allowance(deadline=time.perf_counter() + 60)
+    assert place(pair, Budgets(), allowance=ample).plan is not None
+    ample.deadline = time.perf_counter() - 1  # past it now, with nothing left to do
+    assert ample.spent() and not ample.stopped
+
+
 def test_a_placement_out_of_time_keeps_the_best_plan_earlier_ones_found_within_its_budgets():
     """The plans found by earlier placements on the state (under other budgets) that fit
     this one's budgets are its plans too: out of time before its first run, it keeps the
