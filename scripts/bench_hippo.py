@@ -256,6 +256,7 @@ def _bench(args: argparse.Namespace) -> None:
     # preference (1, 0, 0), J is the step time over T_base
     new_budget_costs = []
     unanswered = 0  # requests after the front that it did not answer
+
     def least_of(state, candidates) -> float | None:  # J of a decision's best plan
         return _least_cost(state, candidates, np.array([1.0, 0.0, 0.0]),
                            scheduler.env.cache_of(state).scale) \
@@ -287,16 +288,16 @@ def _bench(args: argparse.Namespace) -> None:
                     collections.timing = False
                 least = least_of(state, candidates)
                 resumed = None
-                cut_short = scheduler._request(state, (1.0, 0.0, 0.0), budgets,
-                                               settings) in scheduler.cut_short
                 if args.resume:  # untimed above, as in a scheduler's idle time
                     resumed = least
-                if args.resume and cut_short:  # timed: only the decisions that resume
-                    with breakdown.timing("resumed"), \
-                            contextlib.suppress(NoPlanWithinBudget):
-                        again = scheduler.resume(state, (1.0, 0.0, 0.0), budgets, settings)
-                        if again is not None:
-                            resumed = least_of(state, again)
+                    if scheduler._request(state, (1.0, 0.0, 0.0), budgets, settings) \
+                            in scheduler.cut_short:  # timed: only the decisions that resume
+                        with breakdown.timing("resumed"), \
+                                contextlib.suppress(NoPlanWithinBudget):
+                            again = scheduler.resume(state, (1.0, 0.0, 0.0), budgets,
+                                                     settings)
+                            if again is not None:
+                                resumed = least_of(state, again)
                 request = hashlib.sha256(f"{state.content_hash()} {budgets.to_dict()}".encode()
                                          ).hexdigest()[:16] if comparing else None
                 recorded.append([kind, state.name, request, breakdown.calls[kind][-1],
