@@ -18,9 +18,11 @@ comparisons, of the oracle's and the static policy's runs on the same scenario):
   discarded by a cut step counting as none (seeds: <= 10 %); and the time to recover,
   training stopped for the cut-over (<= 20 s); the 95th percentile over the run.
 * **failures**: from a failure to training resumed (``switch``, <= 5 min) and to the lost
-  progress regained (``interruption``, <= 10 min); the largest over the run.
+  progress regained, the part of the step then in progress included (``interruption``,
+  <= 10 min); the largest over the run.
 * **WAN idle share**: share of step time the GPUs wait for the WAN (each step's time less
-  the same plan's closed-form step time with a free WAN); ``idle_reduction`` is how much
+  the same plan's closed-form step time with a free WAN, or its share for the rest of a
+  step after a checkpoint inside it); ``idle_reduction`` is how much
   less than the static policy (seeds, under +-30 % bandwidth: >= 40 %; not defined where
   the static plan waits less than ``MIN_IDLE_SHARE``).
 * **share error**: while a plan runs, the largest difference between a domain's share of
@@ -149,9 +151,10 @@ def wan_idle_share(instance: Instance, record: RunRecord) -> float:
     unbound = evaluate_plans(free_wan, record.plans).step_time_s
     waiting = total = 0.0
     for s in record.segments:
-        if s.kind == "step":
+        if s.kind == "step":  # the rest of a step after a checkpoint inside it: its share
             length = s.end_s - s.start_s
-            waiting += max(0.0, length - float(unbound[s.plan]))
+            share = s.tokens / record.tokens_per_step
+            waiting += max(0.0, length - share * float(unbound[s.plan]))
             total += length
     return waiting / total if total > 0 else math.nan
 

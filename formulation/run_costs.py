@@ -2,7 +2,9 @@
 settings (:class:`RunCosts`), the state a switch moves over the WAN and how long that takes,
 and a checkpoint's pause and its write to (or read from) the store. Every byte is the memory
 model's persistent state (``PERSISTENT_BYTES_PER_PARAM`` per parameter: the weights and the
-optimizer's states, the gradients aside)."""
+optimizer's states, the gradients aside), but a checkpoint taken inside a step and a switch
+that cuts a step, which keep the gradients accumulated so far too
+(``MID_STEP_BYTES_PER_PARAM``)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulation.costmodel import GBIT, PERSISTENT_BYTES_PER_PARAM
+from formulation.costmodel import BYTES_PER_VALUE, GBIT, PERSISTENT_BYTES_PER_PARAM
 from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan
+
+# a checkpoint inside a step, or a switch that cuts one: the persistent state and the bf16
+# gradients accumulated over the step's micro-batches done (what the rest of the step adds
+# to; the run counts the rest as a new step's work at the same rate)
+MID_STEP_BYTES_PER_PARAM = PERSISTENT_BYTES_PER_PARAM + BYTES_PER_VALUE
 
 
 @dataclass(frozen=True)
@@ -59,17 +66,19 @@ def layer_domains(plan: Plan) -> np.ndarray:
     return np.concatenate([np.full(stage.layers, stage.domain) for stage in plan.stages])
 
 
-def migration_bytes(instance: Instance, old: Plan, new: Plan) -> dict[tuple[int, int], float]:
+def migration_bytes(instance: Instance, old: Plan, new: Plan,
+                    per_param: float = PERSISTENT_BYTES_PER_PARAM
+                    ) -> dict[tuple[int, int], float]:
     """Bytes each directed link carries when ``old`` becomes ``new``: the weights and
-    optimizer state (``PERSISTENT_BYTES_PER_PARAM``) of every layer whose domain changes,
-    the embedding with the first stage and the LM head with the last."""
+    optimizer state (``PERSISTENT_BYTES_PER_PARAM``; inside a step, with the gradients
+    accumulated, ``MID_STEP_BYTES_PER_PARAM``) of every layer whose domain changes, the
+    embedding with the first stage and the LM head with the last."""
     cm = cost_model(instance)
     moves: dict[tuple[int, int], float] = {}
 
     def add(source: int, target: int, params: float) -> None:
         if source != target:
-            moves[(source, target)] = moves.get((source, target), 0.0) \
-                + params * PERSISTENT_BYTES_PER_PARAM
+            moves[(source, target)] = moves.get((source, target), 0.0) + params * per_param
 
     for source, target in zip(layer_domains(old), layer_domains(new), strict=True):
         add(int(source), int(target), cm.layer_params)
@@ -86,24 +95,27 @@ def migration_time(state: Instance, moves: dict[tuple[int, int], float]) -> floa
                 for (a, b), size in moves.items()), default=0.0)
 
 
-def stage_state_bytes(instance: Instance, plan: Plan) -> np.ndarray:
-    """Per stage, the persistent state bytes of its parameters (one copy): its layers, and
-    the embedding on the first stage, the LM head on the last."""
+def stage_state_bytes(instance: Instance, plan: Plan,
+                      per_param: float = PERSISTENT_BYTES_PER_PARAM) -> np.ndarray:
+    """Per stage, the state bytes of its parameters (one copy; ``per_param`` a parameter):
+    its layers, and the embedding on the first stage, the LM head on the last."""
     cm = cost_model(instance)
     last = plan.num_stages - 1
     return np.array([(stage.layers * cm.layer_params + cm.edge_params(j == 0, j == last))
-                     * PERSISTENT_BYTES_PER_PARAM for j, stage in enumerate(plan.stages)])
+                     * per_param for j, stage in enumerate(plan.stages)])
 
 
-def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts) -> float:
+def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts,
+                     per_param: float = PERSISTENT_BYTES_PER_PARAM) -> float:
     """A checkpoint's pause: the largest per-GPU shard copied to host memory."""
-    shards = stage_state_bytes(instance, plan) / np.array([s.tp for s in plan.stages])
+    shards = stage_state_bytes(instance, plan, per_param) / np.array([s.tp for s in plan.stages])
     return float(shards.max()) / (costs.host_copy_gbps * GBIT)
 
 
-def storage_time(instance: Instance, plan: Plan, costs: RunCosts) -> float:
+def storage_time(instance: Instance, plan: Plan, costs: RunCosts,
+                 per_param: float = PERSISTENT_BYTES_PER_PARAM) -> float:
     """Writing (or reading) a checkpoint of ``plan``: every domain its stages' state."""
     per_domain = np.bincount([s.domain for s in plan.stages],
-                             weights=stage_state_bytes(instance, plan),
+                             weights=stage_state_bytes(instance, plan, per_param),
                              minlength=instance.num_domains)
     return float(per_domain.max()) / (costs.storage_gbps * GBIT)

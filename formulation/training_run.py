@@ -26,10 +26,12 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
 * **Notice.** Other tenants' load is placed by the same platform, so a load change is
   announced ``load_notice_s`` before it takes effect (failures are not): the policy is
   asked with the announced state. A switch decided on a notice must be done when the
-  GPUs go: if the next step boundary comes too late, the step in progress is cut (its
-  work discarded; the model's state at the step's start is intact, so nothing else is
-  lost) early enough for the state to move in time. A switch not prepared by then does
-  not happen: the plan is interrupted when the load takes its GPUs.
+  GPUs go: if the next step boundary comes too late, the step in progress is cut early
+  enough for the state to move in time, the gradients its micro-batches have accumulated
+  moving with it (``MID_STEP_BYTES_PER_PARAM``): the pipeline drains from the last
+  micro-batch boundary that leaves it time, and the micro-batches before it are kept (the
+  new plan does the rest of the step). A switch not prepared by then does not happen:
+  the plan is interrupted when the load takes its GPUs.
 * **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary:
   training pauses while each GPU copies its shard to host memory (``host_copy_gbps``); the
   checkpoint becomes durable once every domain has written its stages' state
@@ -37,9 +39,14 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   with no switch under way, makes the job checkpoint at each step boundary until the
   change, whatever the interval (as a job checkpoints on a spot instance's reclaim
   notice), where that checkpoint can be durable before the change: the interruption then
-  rolls back at most the steps since the last such boundary. A notice tells the announced
-  load; a failure in between is not announced (:meth:`~formulation.scenario.StateSeries
-  .announced`).
+  rolls back at most the steps since the last such boundary. Where the step in progress
+  ends too late for that, the job checkpoints inside it (:meth:`_Run.save_point`): at the
+  last micro-batch boundary from which it can, the pipeline drains, the gradients
+  accumulated so far (reduced over the replicas, bf16) join the state
+  (``MID_STEP_BYTES_PER_PARAM``), and the checkpoint holds the micro-batches done; the
+  step goes on meanwhile, and the interruption rolls back to that point only. A notice
+  tells the announced load; a failure in between is not announced
+  (:meth:`~formulation.scenario.StateSeries.announced`).
 
 An *oracle* policy (``Policy.oracle``) re-plans at every change with perfect knowledge and
 free migration: it switches at the very moment of a change, keeps the part of the step
@@ -63,11 +70,13 @@ from typing import Protocol
 
 import numpy as np
 
+from formulation.costmodel import PERSISTENT_BYTES_PER_PARAM
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.reference import StepTimes
 from formulation.run_costs import (
     DEFAULT_COSTS,
+    MID_STEP_BYTES_PER_PARAM,
     RUN_COST_RANGES,
     RunCosts,
     checkpoint_pause,
@@ -155,6 +164,17 @@ class Point:
     effective_s: float | None = None  # a notice: when the announced change takes effect
 
 
+@dataclass(frozen=True)
+class SavePoint:
+    """A checkpoint inside a step, before an announced change takes the plan's GPUs."""
+
+    time_s: float  # a micro-batch boundary: the step's micro-batches before it are kept
+    change_s: float  # the change it is for
+    kept: float  # the share of the step's micro-batches done by then
+    pause_s: float  # the drain and the copy to host memory: training stops
+    durable_s: float  # when the store holds it
+
+
 class _Run:
     """One run's mutable state and what happens to it; :func:`simulate_run` drives it."""
 
@@ -183,11 +203,14 @@ class _Run:
         training = instance.training
         self.record = RunRecord(policy.name, self.horizon,
                                 float(training.global_batch * instance.model.seq_len))
-        self.tokens = 0.0  # committed by finished steps (less what rollbacks took back)
-        # checkpoints: (durable from, tokens, end of the last step it holds)
-        self.durable: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)]
+        self.tokens = 0.0  # work kept: steps and their parts (less what rollbacks took back)
+        # checkpoints: (durable from, tokens, the time it holds the work up to, its bytes a
+        # parameter: a restart reads them back)
+        self.durable: list[tuple[float, float, float, float]] = [
+            (0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM)]
         self.last_checkpoint = 0.0
         self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
+        self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
     # -- the state -------------------------------------------------------------------------
     def state(self, time_s: float) -> Instance:
@@ -224,6 +247,79 @@ class _Run:
             if durable <= effective and not self.announced_fits(plan, now, effective):
                 return True
         return False
+
+    def slots(self, now: float, end: float, kept: float, plan: Plan) -> tuple[int, int, float]:
+        """(micro-batches of a step, those left, the time of each) of the step in progress
+        of ``plan``, whose share ``kept`` was done before ``now`` and the rest in
+        ``[now, end)``."""
+        micro_batches = self.instance.training.global_batch // (plan.dp * plan.micro_batch)
+        left = max(1, round((1.0 - kept) * micro_batches))
+        return micro_batches, left, (end - now) / left
+
+    def drain(self, plan: Plan, slot: float) -> float:
+        """A pipeline's drain: a micro-batch slot per stage after the first."""
+        return (plan.num_stages - 1) * slot
+
+    def save_point(self, now: float, end: float, kept: float, plan: Plan, looked: float
+                   ) -> SavePoint | None:
+        """A checkpoint inside the step in progress of ``plan``, whose share ``kept`` of
+        micro-batches was done before ``now`` and the rest is done in ``[now, end)``, the
+        run having looked at every point up to ``looked`` (module doc): where a notice
+        delivered announces a change that takes the plan's GPUs (by what is known at
+        ``looked``), no switch decided on a notice is under way, and a checkpoint after
+        the step would not be durable before the change. It is taken at the last
+        micro-batch boundary, not before the notice nor ``looked``, from which the drain
+        (a micro-batch slot per stage after the first; the gradients' reduction over the
+        replicas, within their domain, is left out), the copy to host memory and the
+        store's write end by the change. None where there is none, or one was taken for
+        that change."""
+        if self.pending is not None and self.pending["cut_s"] is not None:
+            return None
+        instance = self.instance
+        micro_batches, left, slot = self.slots(now, end, kept, plan)
+        costs = None
+        first = self.delivered  # the notices are in order of their (and so these) times
+        while first > 0 and self.notices[first - 1][1] > now:
+            first -= 1
+        for told, effective in self.notices[first:self.delivered]:  # the first change first
+            if effective in self.saved or left < 2:
+                continue
+            if costs is None:  # (after the step, inside it, its durable write)
+                copy = checkpoint_pause(instance, plan, self.costs, MID_STEP_BYTES_PER_PARAM)
+                costs = (checkpoint_pause(instance, plan, self.costs)
+                         + storage_time(instance, plan, self.costs), copy,
+                         copy + storage_time(instance, plan, self.costs,
+                                             MID_STEP_BYTES_PER_PARAM))
+            if effective >= end + costs[0] \
+                    or self.announced_fits(plan, max(told, looked), effective):
+                continue
+            pause, durable = self.drain(plan, slot) + costs[1], self.drain(plan, slot) + costs[2]
+            done = min(left - 1, math.floor((effective - durable - now) / slot))
+            if now + done * slot + durable > effective:  # rounding: durable by the change
+                done -= 1
+            at = now + done * slot
+            if done >= 1 and at >= max(told, looked):
+                return SavePoint(at, effective, kept + done / micro_batches, pause,
+                                 at + durable)
+        return None
+
+    def save(self, now: float, end: float, kept: float, plan: Plan, point: SavePoint
+             ) -> float:
+        """The checkpoint inside the step at ``point`` (:meth:`save_point`): the
+        micro-batches done since ``now`` are progress, and the state with them is durable
+        after the pause and the write (no pause if the plan loses GPUs during it). Returns
+        when the step goes on."""
+        self.saved.add(point.change_s)
+        at = point.time_s
+        self.progress(now, at, "partial", plan,
+                      (point.kept - kept) * self.record.tokens_per_step)
+        if self.breaks(plan, at, at + point.pause_s) is not None:
+            return at
+        self.add(at, at + point.pause_s, "checkpoint", plan)
+        self.durable.append((point.durable_s, self.tokens, at, MID_STEP_BYTES_PER_PARAM))
+        self.last_checkpoint = at
+        self.seen = max(self.seen, at + point.pause_s)
+        return at + point.pause_s
 
     def next_point(self, after: float) -> Point:
         """The next state change or policy timer after ``after``, or the next notice not
@@ -288,12 +384,16 @@ class _Run:
                 tokens))
 
     def progress(self, start: float, end: float, kind: str, plan: Plan, tokens: float) -> None:
+        """Work kept: an interruption's progress is regained where the work reaches what
+        it was when the interruption came, the step then in progress included (at the
+        segment's own rate)."""
         self.add(start, end, kind, plan, tokens)
-        self.tokens += tokens
+        before, self.tokens = self.tokens, self.tokens + tokens
         for interruption in self.record.interruptions:
-            if interruption["regained_s"] is None \
-                    and self.tokens >= interruption["tokens_before"] - 1e-6:
-                interruption["regained_s"] = min(end, self.horizon)
+            target = interruption["tokens_before"] + interruption["tokens_in_progress"]
+            if interruption["regained_s"] is None and self.tokens >= target - 1e-6:
+                share = min(1.0, max(0.0, (target - before) / tokens)) if tokens > 0 else 1.0
+                interruption["regained_s"] = min(start + share * (end - start), self.horizon)
 
     # -- what happens ----------------------------------------------------------------------
     def checkpoint(self, now: float, plan: Plan) -> float:
@@ -305,18 +405,20 @@ class _Run:
             return now
         self.add(now, now + pause, "checkpoint", plan)
         durable_from = now + pause + storage_time(self.instance, plan, self.costs)
-        self.durable.append((durable_from, self.tokens, now))
+        self.durable.append((durable_from, self.tokens, now, PERSISTENT_BYTES_PER_PARAM))
         self.last_checkpoint = now
         self.seen = max(self.seen, now + pause)
         return now + pause
 
-    def interrupt(self, at: float, plan: Plan) -> tuple[float, Plan | None]:
+    def interrupt(self, at: float, plan: Plan, in_progress: float = 0.0
+                  ) -> tuple[float, Plan | None]:
         """``plan`` lost GPUs at ``at``: back to the last checkpoint durable then (the steps
-        since are lost), detection, the policy's decision. Returns (when that decision is
-        made, the plan it chose: the same one if it keeps it)."""
+        since are lost, and ``in_progress``, the tokens of the step in progress done so
+        far), detection, the policy's decision. Returns (when that decision is made, the
+        plan it chose: the same one if it keeps it)."""
         before = self.tokens
         self.durable = [d for d in self.durable if d[0] <= at]
-        _, tokens, captured = self.durable[-1]
+        _, tokens, captured, _ = self.durable[-1]
         for segment in self.record.segments:
             if segment.kind in ("step", "partial") and segment.end_s > captured:
                 segment.rolled_back = True
@@ -324,7 +426,8 @@ class _Run:
         self.pending = None
         self.record.interruptions.append({
             "time_s": at, "cause": self.causes.get(at, "load"), "tokens_before": before,
-            "tokens_lost": before - tokens, "rolled_back_from_s": captured,
+            "tokens_lost": before - tokens, "tokens_in_progress": in_progress,
+            "rolled_back_from_s": captured,
             "resumed_s": None, "regained_s": None})
         detected = at + self.costs.detection_s
         self.add(at, detected, "stopped")
@@ -337,10 +440,12 @@ class _Run:
         return detected + answer.charged_s, answer.plan
 
     def start(self, now: float, plan: Plan) -> float | None:
-        """Starting ``plan`` after a stop: its stages read the last checkpoint and start
-        cold. Returns when it runs, or None if it loses GPUs meanwhile (then nothing is
-        lost: nothing ran; returns with ``self.seen`` at that change)."""
-        ready = now + storage_time(self.instance, plan, self.costs) + self.costs.restart_s
+        """Starting ``plan`` after a stop: its stages read the last checkpoint (with the
+        gradients of one taken inside a step) and start cold. Returns when it runs, or
+        None if it loses GPUs meanwhile (then nothing is lost: nothing ran; returns with
+        ``self.seen`` at that change)."""
+        ready = now + storage_time(self.instance, plan, self.costs, self.durable[-1][3]) \
+            + self.costs.restart_s
         lost = self.breaks(plan, now, ready)
         if lost is not None and lost < self.horizon:
             self.add(now, lost, "stopped")
@@ -365,7 +470,8 @@ class _Run:
         if point.effective_s is not None:
             effective = point.effective_s
             stop = migration_time(self.state(point.time_s),  # the links as they are now
-                                  migration_bytes(self.instance, plan, new)) \
+                                  migration_bytes(self.instance, plan, new,
+                                                  MID_STEP_BYTES_PER_PARAM)) \
                 + self.costs.switch_s
             if not self.fits(new, point.time_s):  # it needs what the change frees
                 ready = max(ready, effective)
@@ -377,13 +483,28 @@ class _Run:
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
 
-    def switch(self, now: float, old: Plan) -> tuple[float, Plan]:
-        """The planned switch at ``now`` (a step boundary or a cut): state moves, then the
-        cut-over; not made if the new plan does not fit meanwhile."""
+    def cut(self, now: float, end: float, kept: float, plan: Plan) -> tuple[float, Plan]:
+        """The pending switch, cutting the step in progress (``kept`` done before ``now``,
+        the rest due by ``end``) at its cut: the micro-batches before the last boundary
+        from which the pipeline drains by then are kept, and their gradients move."""
+        at = self.pending["cut_s"]
+        micro_batches, left, slot = self.slots(now, end, kept, plan)
+        done = max(0, min(left - 1, math.floor((at - self.drain(plan, slot) - now) / slot)))
+        if done:
+            self.progress(now, now + done * slot, "partial", plan,
+                          done / micro_batches * self.record.tokens_per_step)
+        self.add(now + done * slot, at, "lost", plan)
+        return self.switch(at, plan, inside_step=done > 0 or kept > 0)
+
+    def switch(self, now: float, old: Plan, inside_step: bool = False) -> tuple[float, Plan]:
+        """The planned switch at ``now`` (a step boundary, or a cut ``inside_step``: the
+        gradients accumulated move too): state moves, then the cut-over; not made if the
+        new plan does not fit meanwhile."""
         new = self.pending["plan"]
         info = self.pending["info"]
         self.pending = None
-        moves = migration_bytes(self.instance, old, new)
+        moves = migration_bytes(self.instance, old, new, MID_STEP_BYTES_PER_PARAM
+                                if inside_step else PERSISTENT_BYTES_PER_PARAM)
         stop = migration_time(self.state(now), moves) + self.costs.switch_s
         if not self.fits(new, now) or self.breaks(new, now, now + stop) is not None:
             return now, old
@@ -416,6 +537,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
     now = 0.0 if answer is None else answer.charged_s
     run.add(0.0, now, "stopped")
     running, launched = False, False
+    resumed = None  # (end, share done) of a step that goes on after a checkpoint inside it
     while now < horizon:
         if not running:
             if plan is not None and run.fits(plan, now):
@@ -443,10 +565,14 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                 plan, now = answer.plan, now + answer.charged_s
             continue
         # running: one step, watching every change, timer and notice up to its end
-        length = run.step_times.at(plan, now)
-        end = now + length
-        rate = run.record.tokens_per_step / length
-        cut = None
+        if resumed is None:  # a new step
+            length = run.step_times.at(plan, now)
+            end, kept = now + length, 0.0
+            rate = run.record.tokens_per_step / length
+        else:  # the step goes on after a checkpoint inside it
+            end, kept = resumed
+        resumed = cut = save = None
+        looked = now  # every point up to here has been looked at in this step
         while True:
             point = run.next_point(run.seen)
             at = max(point.time_s, now)  # a change at the last step's end is seen now
@@ -454,9 +580,15 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
             if cut is not None and cut < min(end, horizon) and cut <= at:
                 break
             cut = None
+            save = None if policy.oracle else run.save_point(now, end, kept, plan, looked)
+            # a point at the save's time first: it may take the GPUs
+            if save is not None and save.time_s < min(end, horizon) and save.time_s < at:
+                break
+            save = None
             if at >= min(end, horizon):
                 break
             run.take(point)
+            looked = at
             point = dataclasses.replace(point, time_s=at)
             if policy.oracle:  # switch at the change, keeping the part of the step done
                 answer = run.ask(point, plan)
@@ -467,7 +599,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                     break
             elif point.trigger is not Trigger.NOTICE and not run.fits(plan, at):
                 run.add(now, at, "lost", plan)
-                now, plan = run.interrupt(at, plan)
+                now, plan = run.interrupt(at, plan, rate * (at - now))
                 running = False
                 break
             else:
@@ -480,13 +612,16 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
         if not running:
             continue
         if cut is not None:  # a switch that cannot wait for the step's end
-            run.add(now, cut, "lost", plan)
-            now, plan = run.switch(cut, plan)
+            now, plan = run.cut(now, end, kept, plan)
+            continue
+        if save is not None:  # a checkpoint inside the step
+            goes_on = run.save(now, end, kept, plan, save)
+            now, resumed = goes_on, (end + goes_on - save.time_s, save.kept)
             continue
         if end > horizon:  # the run ends inside the step: the part done counts
             run.progress(now, horizon, "partial", plan, rate * (horizon - now))
             break
-        run.progress(now, end, "step", plan, run.record.tokens_per_step)
+        run.progress(now, end, "step", plan, run.record.tokens_per_step * (1.0 - kept))
         now = end
         if not policy.oracle and (now - run.last_checkpoint >= policy.checkpoint_interval_s
                                   or run.announced_loss(now, plan)):

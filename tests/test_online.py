@@ -21,7 +21,14 @@ from formulation.costmodel import BYTES_PER_VALUE, GBIT, CostModel
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
-from formulation.run_costs import RunCosts, migration_bytes
+from formulation.run_costs import (
+    MID_STEP_BYTES_PER_PARAM,
+    RunCosts,
+    checkpoint_pause,
+    migration_bytes,
+    migration_time,
+    storage_time,
+)
 from formulation.scenario import Event, EventKind, Scenario, state_series
 from formulation.training_run import Replan, Trigger, scenario_step_times, simulate_run
 from instances.scenarios import ScenarioSettings, generate_scenario
@@ -78,7 +85,8 @@ def _steps(record, plan_index=None):
 def test_a_failure_rolls_back_to_the_checkpoint_and_waits_for_its_gpus(hand_instance):
     """beta fails at 20.5 s for 30 s. Steps of T end at k T; a checkpoint follows the first
     step end >= 10 s after the last one (4 T). The failure loses steps 5-7; the static plan
-    waits for beta, restarts (60 s) and regains the 7 steps 3 steps later."""
+    waits for beta, restarts (60 s) and regains the 7 steps and the part of the 8th done
+    at the failure 3 steps and that part later."""
     scenario = Scenario.of(200.0, [Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)])
     step = simulated_step_time(hand_instance, PLAN_A)
     record = simulate_run(hand_instance, scenario, Scripted(PLAN_A, 10.0), FAST)
@@ -89,10 +97,15 @@ def test_a_failure_rolls_back_to_the_checkpoint_and_waits_for_its_gpus(hand_inst
     assert interruption["cause"] == "failure"
     assert interruption["tokens_lost"] == pytest.approx(3 * record.tokens_per_step)
     assert interruption["resumed_s"] == pytest.approx(50.5 + 60.0, abs=1e-3)
-    assert interruption["regained_s"] == pytest.approx(50.5 + 60.0 + 3 * step, abs=1e-3)
+    in_progress = 20.5 - done[-1].end_s
+    assert interruption["tokens_in_progress"] == pytest.approx(
+        in_progress / step * record.tokens_per_step)
+    assert interruption["regained_s"] == pytest.approx(50.5 + 60.0 + 3 * step + in_progress,
+                                                       abs=1e-3)
     kpis = run_kpis(hand_instance, record)
     assert kpis["failure_switch_s_max"] == pytest.approx(90.0, abs=1e-3)
-    assert kpis["failure_interruption_s_max"] == pytest.approx(90.0 + 3 * step, abs=1e-3)
+    assert kpis["failure_interruption_s_max"] == pytest.approx(90.0 + 3 * step + in_progress,
+                                                               abs=1e-3)
 
 
 def test_shared_step_times_give_the_same_run_and_must_be_the_scenarios(hand_instance):
@@ -214,6 +227,65 @@ def test_a_load_swing_interrupts_a_static_plan_and_a_notice_lets_it_switch(hand_
     assert all(not s.rolled_back for s in noticed.segments)
 
 
+def test_a_step_checkpointed_inside_goes_on_and_its_parts_make_one_step(hand_instance):
+    """With a store slow enough that a checkpoint after the step in progress would not be
+    durable by the change, the checkpoint inside it comes first; the step then goes on,
+    its end later by the pause, and its rest commits the rest of its tokens: the part
+    and the rest make one step, until the change rolls back what followed the
+    checkpoint. When the load leaves at 150 s, the restart reads the state with the
+    gradients (16 bytes a parameter)."""
+    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25),
+                                   Event(150.0, EventKind.LOAD, 1, value=1.0)])
+    costs = dataclasses.replace(FAST, load_notice_s=60.0, storage_gbps=66.0)
+    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A), costs)
+    step = simulated_step_time(hand_instance, PLAN_A)
+    segments = record.segments
+    (i,) = [i for i, s in enumerate(segments) if s.kind == "partial" and s.end_s < 100.0]
+    part, saved, rest = segments[i:i + 3]
+    assert (saved.kind, rest.kind) == ("checkpoint", "step")
+    assert rest.start_s == saved.end_s == pytest.approx(part.end_s + saved.end_s - saved.start_s)
+    assert rest.end_s - part.start_s == pytest.approx(step + saved.end_s - saved.start_s)
+    assert part.tokens + rest.tokens == pytest.approx(record.tokens_per_step)
+    assert rest.end_s < 100.0 and not part.rolled_back and rest.rolled_back
+    (interruption,) = record.interruptions
+    assert interruption["rolled_back_from_s"] == part.end_s
+    assert interruption["tokens_lost"] == pytest.approx(rest.tokens + sum(
+        s.tokens for s in segments[i + 3:] if s.kind == "step" and s.end_s <= 100.0))
+    (restart,) = [s for s in segments if s.kind == "stopped" and s.start_s >= 150.0]
+    read = storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
+    assert restart.start_s == 150.0
+    assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + read)
+
+
+def test_a_switch_that_cuts_its_step_keeps_the_micro_batches_done(hand_instance):
+    """The switch on the notice above, prepared only just before it must begin (no step
+    boundary in between), must be done by 100 s: the step in progress is cut at 100 s
+    less the move of beta's layers with their accumulated gradients (16 bytes a
+    parameter) and the cut-over; the pipeline drains (one slot of T / 32) from the last
+    micro-batch boundary that leaves it time, and the micro-batches before it are kept."""
+    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
+    moves = migration_bytes(hand_instance, PLAN_A, PLAN_C, MID_STEP_BYTES_PER_PARAM)
+    stop = migration_time(hand_instance, moves) + FAST.switch_s
+    # decided at 40 s, charged 1 s, prepared 10 ms before the cut
+    costs = dataclasses.replace(FAST, load_notice_s=60.0, prepare_s=100.0 - stop - 41.01)
+    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A, then=PLAN_C), costs)
+    (switch,) = record.switches
+    assert switch["stop_s"] == pytest.approx(100.0 - stop)
+    assert switch["resume_s"] == pytest.approx(100.0)
+    assert switch["bytes"] == pytest.approx(sum(moves.values()))
+    assert switch["bytes"] == pytest.approx(
+        sum(migration_bytes(hand_instance, PLAN_A, PLAN_C).values()) * 16 / 14)
+    slot = simulated_step_time(hand_instance, PLAN_A) / 32
+    (part,) = [s for s in record.segments if s.kind == "partial" and s.end_s < 100.0]
+    (lost,) = [s for s in record.segments if s.kind == "lost"]
+    done = round((part.end_s - part.start_s) / slot)
+    assert part.end_s - part.start_s == pytest.approx(done * slot)
+    assert part.tokens == pytest.approx(record.tokens_per_step * done / 32)
+    assert (lost.start_s, lost.end_s) == (part.end_s, switch["stop_s"])
+    assert slot <= lost.end_s - lost.start_s < 2 * slot  # the drain, and less than a slot
+    assert not record.interruptions and all(not s.rolled_back for s in record.segments)
+
+
 def test_a_notice_with_no_switch_checkpoints_until_the_change(hand_instance):
     """The same load, announced 60 s before, to a policy that keeps its plan: the job
     checkpoints at every step boundary from the notice on, so the interruption loses only
@@ -238,6 +310,38 @@ def test_a_notice_with_no_switch_checkpoints_until_the_change(hand_instance):
     slow = simulate_run(hand_instance, scenario, Scripted(PLAN_A),  # never durable in time
                         dataclasses.replace(FAST, load_notice_s=60.0, storage_gbps=1e-3))
     assert not [s for s in slow.segments if s.kind == "checkpoint"]
+
+
+def test_a_notice_inside_a_step_checkpoints_the_micro_batches_done(hand_instance):
+    """The same load, announced 60 s before, to a policy that keeps its plan, with steps
+    of T: the step in progress at 100 s ends too late for a checkpoint after it, so the job
+    checkpoints inside it, at the last micro-batch boundary (T / 32: 64 sequences in
+    micro-batches of 1 on 2 replicas) from which the drain (one slot: two stages), the copy
+    of the state with its bf16 gradients and the store's write end by the change. The
+    micro-batches before it are kept; the interruption rolls back to it."""
+    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
+    costs = dataclasses.replace(FAST, load_notice_s=60.0)
+    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A), costs)
+    slot = simulated_step_time(hand_instance, PLAN_A) / 32
+    pause = slot + checkpoint_pause(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
+    durable = pause + storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
+    (part,) = [s for s in record.segments if s.kind == "partial"]
+    done = round((part.end_s - part.start_s) / slot)
+    assert 1 <= done < 32 and part.end_s - part.start_s == pytest.approx(done * slot)
+    assert part.end_s + durable <= 100.0 < part.end_s + slot + durable
+    assert part.tokens == pytest.approx(record.tokens_per_step * done / 32)
+    assert not part.rolled_back
+    (saved,) = [s for s in record.segments if s.kind == "checkpoint"
+                and s.start_s == part.end_s]
+    assert saved.end_s - saved.start_s == pytest.approx(pause)
+    (interruption,) = record.interruptions
+    assert interruption["time_s"] == 100.0 and interruption["tokens_lost"] == 0.0
+    assert interruption["rolled_back_from_s"] == part.end_s
+    (lost,) = [s for s in record.segments if s.kind == "lost"]
+    assert (lost.start_s, lost.end_s) == (saved.end_s, 100.0)
+    # the state with its gradients: 16 bytes a parameter against 14 after a step
+    assert storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM) \
+        == pytest.approx(storage_time(hand_instance, PLAN_A, costs) * 16 / 14)
 
 
 def test_a_notice_tells_the_announced_load_not_a_failure_meanwhile(hand_instance):
