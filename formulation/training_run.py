@@ -209,7 +209,8 @@ class _Run:
         self.durable: list[tuple[float, float, float, float]] = [
             (0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM)]
         self.last_checkpoint = 0.0
-        self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
+        # a planned switch: plan, ready_s, cut_s, gone_by_s (the change it must beat), info
+        self.pending: dict | None = None
         self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
     # -- the state -------------------------------------------------------------------------
@@ -458,28 +459,36 @@ class _Run:
 
     def plan_switch(self, point: Point, plan: Plan, answer: Replan, rate: float) -> None:
         """A switch to ``answer.plan`` decided at ``point``, pending until prepared. On a
-        notice it must be done by the change: the step in progress is cut in time for the
-        state to move (a switch that cannot be prepared by then does not replace one that
-        can); a plan needing GPUs the change frees waits for them."""
+        notice that the running plan will not fit, it must be done by the change, and so
+        must any switch that replaces it before that change (a later decision, on another
+        notice or change, keeps the earlier deadline): the step in progress is cut in time
+        for the state to move (a switch that cannot be prepared by then does not replace
+        one that can); a plan needing GPUs the change frees waits for them."""
         new = answer.plan
         pending = self.pending
         ready = point.time_s + answer.charged_s + self.costs.prepare_s
         if pending is not None and pending["plan"] == new:  # prepared or being prepared
             ready = min(ready, pending["ready_s"])
-        cut = None
+        gone_by = None  # the change by which the running plan must be gone
+        if pending is not None and pending["gone_by_s"] is not None \
+                and pending["gone_by_s"] > point.time_s:
+            gone_by = pending["gone_by_s"]
         if point.effective_s is not None:
             effective = point.effective_s
+            if not self.fits(new, point.time_s):  # it needs what the change frees
+                ready = max(ready, effective)
+            if not self.announced_fits(plan, point.time_s, effective):  # it must go
+                gone_by = effective if gone_by is None else min(gone_by, effective)
+        cut = None
+        if gone_by is not None:
             stop = migration_time(self.state(point.time_s),  # the links as they are now
                                   migration_bytes(self.instance, plan, new,
                                                   MID_STEP_BYTES_PER_PARAM)) \
                 + self.costs.switch_s
-            if not self.fits(new, point.time_s):  # it needs what the change frees
-                ready = max(ready, effective)
-            if not self.announced_fits(plan, point.time_s, effective):  # it must go
-                cut = max(ready, effective - stop)
-                if ready > effective - stop and self.fits(new, point.time_s):
-                    return  # too late: the change will interrupt it
-        self.pending = {"plan": new, "ready_s": ready, "cut_s": cut,
+            cut = max(ready, gone_by - stop)
+            if ready > gone_by - stop and self.fits(new, point.time_s):
+                return  # too late: the change will interrupt it
+        self.pending = {"plan": new, "ready_s": ready, "cut_s": cut, "gone_by_s": gone_by,
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
 

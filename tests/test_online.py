@@ -286,6 +286,26 @@ def test_a_switch_that_cuts_its_step_keeps_the_micro_batches_done(hand_instance)
     assert not record.interruptions and all(not s.rolled_back for s in record.segments)
 
 
+def test_a_later_notice_keeps_the_deadline_of_an_earlier_one(hand_instance):
+    """Steps of about 3 minutes (4,096 sequences a step). beta's load at 100 s is
+    announced at 40 s and gamma's at 130 s at 70 s; the policy answers both with alpha
+    alone. The second answer must still be done by 100 s, when the running plan loses
+    beta's GPUs: its step is cut in time, and nothing is interrupted."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=4096))
+    scenario = Scenario.of(600.0, [Event(100.0, EventKind.LOAD, 1, value=0.25),
+                                   Event(130.0, EventKind.LOAD, 2, value=0.5)])
+    record = simulate_run(instance, scenario, Scripted(PLAN_A, then=PLAN_C),
+                          dataclasses.replace(FAST, load_notice_s=60.0))
+    assert simulated_step_time(instance, PLAN_A) > 150.0
+    moves = migration_bytes(instance, PLAN_A, PLAN_C, MID_STEP_BYTES_PER_PARAM)
+    assert not record.interruptions
+    (switch,) = record.switches
+    assert switch["stop_s"] == pytest.approx(100.0 - migration_time(instance, moves)
+                                             - FAST.switch_s)
+    assert switch["resume_s"] == pytest.approx(100.0)
+
+
 def test_a_notice_with_no_switch_checkpoints_until_the_change(hand_instance):
     """The same load, announced 60 s before, to a policy that keeps its plan: the job
     checkpoints at every step boundary from the notice on, so the interruption loses only
