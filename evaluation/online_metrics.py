@@ -1,6 +1,6 @@
 """The online KPIs of a training run (seeds/003 topics 3 and 4), read from its record.
 
-Each figure is a function of a :class:`~formulation.training_run.RunRecord` (and, for the
+Each figure is a function of a :class:`~formulation.run_record.RunRecord` (and, for the
 comparisons, of the oracle's and the static policy's runs on the same scenario):
 
 * **goodput**: tokens trained per hour that no rollback took back (the run's last partial
@@ -41,7 +41,7 @@ import numpy as np
 
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
-from formulation.training_run import RunRecord
+from formulation.run_record import RunRecord
 
 PROGRESS = ("step", "partial")
 WAN_FREE_FACTOR = 1e6  # bandwidth x this and no latency: a WAN that costs nothing

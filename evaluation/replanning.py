@@ -1,6 +1,6 @@
 """Re-planning policies: when a training run changes its plan, and with which planner.
 
-A policy (:class:`formulation.training_run.Policy`) is asked at the run's start, at every
+A policy (:class:`formulation.run_record.Policy`) is asked at the run's start, at every
 state change and timer it asks for, and when its plan is interrupted; it keeps its plan or
 returns a new decision. Every policy here is one of three *kinds* with any *planner* (a
 method of :mod:`evaluation.methods` that re-plans: Hi-PPO, Sailor-like, greedy, the exact
@@ -47,7 +47,7 @@ from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.run_costs import DEFAULT_COSTS, RunCosts, migration_bytes, migration_time
-from formulation.training_run import Replan, Trigger
+from formulation.run_record import Replan, Trigger
 
 KINDS = ("static", "periodic", "event")
 ORACLE = "oracle"

@@ -29,8 +29,9 @@ from formulation.run_costs import (
     migration_time,
     storage_time,
 )
+from formulation.run_record import Replan, Trigger
 from formulation.scenario import Event, EventKind, Scenario, state_series
-from formulation.training_run import Replan, Trigger, scenario_step_times, simulate_run
+from formulation.training_run import scenario_step_times, simulate_run
 from instances.scenarios import ScenarioSettings, generate_scenario
 from instances.suites import SUITES_DIR
 from solvers.parallel import map_tasks
