@@ -26,13 +26,15 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   the new plan starts after ``switch_s`` more.
 * **Notice.** Other tenants' load is placed by the same platform, so a load change is
   announced ``load_notice_s`` before it takes effect (failures are not): the policy is
-  asked with the announced state. A switch decided on a notice must be done when the
-  GPUs go: if the next step boundary comes too late, the step in progress is cut early
+  asked with the announced state. A switch decided while a notice announces that the
+  plan will lose GPUs (on that notice, a later one, a change or a timer) must be done when
+  the GPUs go: if the next step boundary comes too late, the step in progress is cut early
   enough for the state to move in time, the gradients its micro-batches have accumulated
   moving with it (``MID_STEP_BYTES_PER_PARAM``): the pipeline drains from the last
   micro-batch boundary that leaves it time, and the micro-batches before it are kept (the
-  new plan does the rest of the step). A switch not prepared by then does not happen:
-  the plan is interrupted when the load takes its GPUs.
+  run counts the rest of the step as the new plan's work at its rate). A switch that
+  cannot be done by then does not replace one that can; if none is, the plan is
+  interrupted when the load takes its GPUs.
 * **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary:
   training pauses while each GPU copies its shard to host memory (``host_copy_gbps``); the
   checkpoint becomes durable once every domain has written its stages' state
@@ -121,8 +123,7 @@ class _Run:
         self.durable: list[tuple[float, float, float, float]] = [
             (0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM)]
         self.last_checkpoint = 0.0
-        # a planned switch: plan, ready_s, cut_s, gone_by_s (the change it must beat), info
-        self.pending: dict | None = None
+        self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
         self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
     # -- the state -------------------------------------------------------------------------
@@ -369,38 +370,42 @@ class _Run:
         self.seen = max(self.seen, ready)
         return ready
 
+    def first_loss(self, now: float, plan: Plan) -> float | None:
+        """The first change after ``now`` that a notice delivered by then announces to take
+        ``plan``'s GPUs (by what is known at ``now``), or None."""
+        first = self.delivered  # the notices are in order of their (and so these) times
+        while first > 0 and self.notices[first - 1][1] > now:
+            first -= 1
+        return next((effective for _, effective in self.notices[first:self.delivered]
+                     if not self.announced_fits(plan, now, effective)), None)
+
     def plan_switch(self, point: Point, plan: Plan, answer: Replan, rate: float) -> None:
-        """A switch to ``answer.plan`` decided at ``point``, pending until prepared. On a
-        notice that the running plan will not fit, it must be done by the change, and so
-        must any switch that replaces it before that change (a later decision, on another
-        notice or change, keeps the earlier deadline): the step in progress is cut in time
-        for the state to move (a switch that cannot be prepared by then does not replace
-        one that can); a plan needing GPUs the change frees waits for them."""
+        """A switch to ``answer.plan`` decided at ``point``, pending until prepared. Where
+        a notice has announced a change that takes the running plan's GPUs, it must be
+        done by that change, whatever point decided it: the step in progress is cut in
+        time for the state to move. A switch that cannot be done by then, or to a plan
+        that change takes GPUs from too, does not replace the one pending; a plan needing
+        GPUs the change announced at ``point`` frees waits for them."""
         new = answer.plan
         pending = self.pending
         ready = point.time_s + answer.charged_s + self.costs.prepare_s
         if pending is not None and pending["plan"] == new:  # prepared or being prepared
             ready = min(ready, pending["ready_s"])
-        gone_by = None  # the change by which the running plan must be gone
-        if pending is not None and pending["gone_by_s"] is not None \
-                and pending["gone_by_s"] > point.time_s:
-            gone_by = pending["gone_by_s"]
-        if point.effective_s is not None:
-            effective = point.effective_s
-            if not self.fits(new, point.time_s):  # it needs what the change frees
-                ready = max(ready, effective)
-            if not self.announced_fits(plan, point.time_s, effective):  # it must go
-                gone_by = effective if gone_by is None else min(gone_by, effective)
+        if point.effective_s is not None and not self.fits(new, point.time_s):
+            ready = max(ready, point.effective_s)  # it needs what the change frees
+        gone_by = self.first_loss(point.time_s, plan)  # the change it must beat
         cut = None
         if gone_by is not None:
+            if not self.announced_fits(new, point.time_s, gone_by):
+                return  # it would lose GPUs at that change too
             stop = migration_time(self.state(point.time_s),  # the links as they are now
                                   migration_bytes(self.instance, plan, new,
                                                   MID_STEP_BYTES_PER_PARAM)) \
                 + self.costs.switch_s
             cut = max(ready, gone_by - stop)
-            if ready > gone_by - stop and self.fits(new, point.time_s):
+            if ready > gone_by - stop and (self.fits(new, point.time_s) or ready > gone_by):
                 return  # too late: the change will interrupt it
-        self.pending = {"plan": new, "ready_s": ready, "cut_s": cut, "gone_by_s": gone_by,
+        self.pending = {"plan": new, "ready_s": ready, "cut_s": cut,
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
 

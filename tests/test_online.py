@@ -307,6 +307,49 @@ def test_a_later_notice_keeps_the_deadline_of_an_earlier_one(hand_instance):
     assert switch["resume_s"] == pytest.approx(100.0)
 
 
+class ByTime(Scripted):
+    """Runs ``plan``; at the notice or timer at each time of ``answers``, that plan."""
+
+    def __init__(self, plan: Plan, answers: dict[float, Plan], timer_s: float = math.inf):
+        super().__init__(plan, timer_s=timer_s)
+        self.answers = answers
+
+    def observe(self, now, state, plan, trigger, deadline_s=None):
+        if trigger is Trigger.START:
+            return Replan(self.plan, 0.0, 0.0)
+        if trigger in (Trigger.TIMER, Trigger.NOTICE) and now in self.answers:
+            return Replan(self.answers[now], 1.0, 0.0)
+        return None
+
+
+def test_a_switch_that_cannot_beat_the_change_does_not_replace_one_that_can(hand_instance):
+    """gamma is loaded from 5 s, beta's load at 100 s is announced at 40 s (answered with
+    alpha alone) and gamma's return at 130 s at 70 s (answered with a plan on gamma's
+    GPUs, which come too late): the first switch stays and is done by 100 s."""
+    scenario = Scenario.of(300.0, [Event(5.0, EventKind.LOAD, 2, value=0.1),
+                                   Event(100.0, EventKind.LOAD, 1, value=0.25),
+                                   Event(130.0, EventKind.LOAD, 2, value=1.0)])
+    record = simulate_run(hand_instance, scenario, ByTime(PLAN_A, {40.0: PLAN_C, 70.0: PLAN_B}),
+                          dataclasses.replace(FAST, load_notice_s=60.0))
+    assert not record.interruptions
+    (switch,) = record.switches
+    assert record.plans[switch["plan"]] == PLAN_C and switch["resume_s"] <= 100.0 + 1e-9
+
+
+def test_a_switch_decided_on_a_timer_must_beat_an_announced_change(hand_instance):
+    """3-minute steps; beta's load at 100 s is announced at 40 s, which the policy lets
+    pass, and a timer at 60 s moves the plan to alpha alone: the switch is due by 100 s
+    all the same, its step cut in time, and nothing is interrupted."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=4096))
+    scenario = Scenario.of(600.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
+    record = simulate_run(instance, scenario, ByTime(PLAN_A, {60.0: PLAN_C}, timer_s=60.0),
+                          dataclasses.replace(FAST, load_notice_s=60.0, prepare_s=1.0))
+    assert not record.interruptions
+    (switch,) = record.switches
+    assert switch["trigger"] == "timer" and switch["resume_s"] == pytest.approx(100.0)
+
+
 def test_a_notice_with_no_switch_checkpoints_until_the_change(hand_instance):
     """The same load, announced 60 s before, to a policy that keeps its plan: the job
     checkpoints at every step boundary from the notice on, so the interruption loses only
