@@ -154,13 +154,15 @@ class _Run:
             return False
         durable = now + checkpoint_pause(self.instance, plan, self.costs) \
             + storage_time(self.instance, plan, self.costs)
-        for i in range(self.delivered - 1, -1, -1):
-            effective = self.notices[i][1]
-            if effective <= now:  # the notices are in order of their (and so these) times
-                return False
-            if durable <= effective and not self.announced_fits(plan, now, effective):
-                return True
-        return False
+        return any(durable <= effective and not self.announced_fits(plan, now, effective)
+                   for effective in self.changes_ahead(now))
+
+    def changes_ahead(self, now: float) -> list[float]:
+        """The changes after ``now`` that the notices delivered announce, in time order."""
+        first = self.delivered  # the notices are in order of their (and so these) times
+        while first > 0 and self.notices[first - 1][1] > now:
+            first -= 1
+        return [effective for _, effective in self.notices[first:self.delivered]]
 
     def slots(self, now: float, end: float, kept: float, plan: Plan) -> tuple[int, int, float]:
         """(micro-batches of a step, those left, the time of each) of the step in progress
@@ -189,30 +191,26 @@ class _Run:
         that change."""
         if self.pending is not None and self.pending["cut_s"] is not None:
             return None
-        instance = self.instance
         micro_batches, left, slot = self.slots(now, end, kept, plan)
-        costs = None
-        first = self.delivered  # the notices are in order of their (and so these) times
-        while first > 0 and self.notices[first - 1][1] > now:
-            first -= 1
-        for told, effective in self.notices[first:self.delivered]:  # the first change first
-            if effective in self.saved or left < 2:
+        changes = [effective for effective in self.changes_ahead(now)  # the first first
+                   if effective not in self.saved
+                   and not self.announced_fits(plan, looked, effective)]
+        if left < 2 or not changes:
+            return None
+        instance, costs = self.instance, self.costs
+        after_step = end + checkpoint_pause(instance, plan, costs) \
+            + storage_time(instance, plan, costs)
+        pause = self.drain(plan, slot) \
+            + checkpoint_pause(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
+        durable = pause + storage_time(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
+        for effective in changes:
+            if effective >= after_step:
                 continue
-            if costs is None:  # (after the step, inside it, its durable write)
-                copy = checkpoint_pause(instance, plan, self.costs, MID_STEP_BYTES_PER_PARAM)
-                costs = (checkpoint_pause(instance, plan, self.costs)
-                         + storage_time(instance, plan, self.costs), copy,
-                         copy + storage_time(instance, plan, self.costs,
-                                             MID_STEP_BYTES_PER_PARAM))
-            if effective >= end + costs[0] \
-                    or self.announced_fits(plan, max(told, looked), effective):
-                continue
-            pause, durable = self.drain(plan, slot) + costs[1], self.drain(plan, slot) + costs[2]
             done = min(left - 1, math.floor((effective - durable - now) / slot))
             if now + done * slot + durable > effective:  # rounding: durable by the change
                 done -= 1
             at = now + done * slot
-            if done >= 1 and at >= max(told, looked):
+            if done >= 1 and at >= looked:  # (a notice is delivered by the time looked)
                 return SavePoint(at, effective, kept + done / micro_batches, pause,
                                  at + durable)
         return None
@@ -373,10 +371,7 @@ class _Run:
     def first_loss(self, now: float, plan: Plan) -> float | None:
         """The first change after ``now`` that a notice delivered by then announces to take
         ``plan``'s GPUs (by what is known at ``now``), or None."""
-        first = self.delivered  # the notices are in order of their (and so these) times
-        while first > 0 and self.notices[first - 1][1] > now:
-            first -= 1
-        return next((effective for _, effective in self.notices[first:self.delivered]
+        return next((effective for effective in self.changes_ahead(now)
                      if not self.announced_fits(plan, now, effective)), None)
 
     def plan_switch(self, point: Point, plan: Plan, answer: Replan, rate: float) -> None:
