@@ -14,8 +14,11 @@ comparisons, of the oracle's and the static policy's runs on the same scenario):
 * **adjustments** (planned switches): the throughput drop over ``ADJUSTMENT_WINDOW_S``
   from the triggering event or notice (or until the new plan runs, if later), against the
   lower of the rates before and after (a load that takes GPUs lowers both plans' rates; the
-  drop is what the adjustment itself costs): ``1 - tokens / (rate x window)``, work
-  discarded by a cut step counting as none (seeds: <= 10 %); and the time to recover,
+  drop is what the adjustment itself costs): the tokens short of ``rate x window``, over
+  it, work discarded by a cut step counting as none (seeds: <= 10 %). Where the new plan
+  is interrupted inside the window (a later change takes its GPUs), the shortfall is read
+  up to the interruption: what comes after is not the adjustment's cost (stability and
+  goodput count it). And the time to recover,
   training stopped for the cut-over (<= 20 s); the 95th percentile over the run.
 * **failures**: from a failure to training resumed (``switch``, <= 5 min) and to the lost
   progress regained, the part of the step then in progress included (``interruption``,
@@ -44,6 +47,7 @@ from formulation.instance import Instance
 from formulation.run_record import RunRecord
 
 PROGRESS = ("step", "partial")
+SEEN = PROGRESS + ("lost",)  # segments that trained, kept or not: throughput as seen then
 WAN_FREE_FACTOR = 1e6  # bandwidth x this and no latency: a WAN that costs nothing
 MIN_IDLE_SHARE = 0.01  # a static plan that hardly waits for the WAN leaves nothing to cut
 ADJUSTMENT_WINDOW_S = 300.0
@@ -87,11 +91,11 @@ def _merge(windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def tokens_between(record: RunRecord, a: float, b: float) -> float:
-    """Tokens trained in [a, b) at each segment's own rate (kept or not: throughput as
-    it was seen then)."""
+    """Tokens trained in [a, b) at each segment's own rate (kept or not, the step an
+    interruption cut included: throughput as it was seen then)."""
     out = 0.0
     for s in record.segments:
-        if s.kind in PROGRESS and s.end_s > s.start_s:
+        if s.kind in SEEN and s.end_s > s.start_s:
             out += s.tokens * _overlap(a, b, [(s.start_s, s.end_s)]) / (s.end_s - s.start_s)
     return out
 
@@ -102,7 +106,7 @@ def throughput(record: RunRecord, bin_s: float) -> np.ndarray:
     bins = max(1, math.ceil(record.horizon_s / bin_s))
     out = np.zeros(bins)
     for s in record.segments:
-        if s.kind not in PROGRESS or s.end_s <= s.start_s:
+        if s.kind not in SEEN or s.end_s <= s.start_s:
             continue
         rate = s.tokens / (s.end_s - s.start_s)
         for i in range(int(s.start_s // bin_s), min(bins, math.ceil(s.end_s / bin_s))):
@@ -116,13 +120,16 @@ def adjustments(record: RunRecord) -> tuple[list[float], list[float]]:
     for switch in record.switches:
         start = switch["event_s"]
         end = min(record.horizon_s, max(switch["resume_s"], start + ADJUSTMENT_WINDOW_S))
+        # the shortfall is the adjustment's up to an interruption of the new plan
+        read = min([end] + [i["time_s"] for i in record.interruptions
+                            if switch["resume_s"] <= i["time_s"] < end])
         after = next((s for s in record.segments if s.kind in PROGRESS
                       and s.start_s >= switch["resume_s"] and s.end_s > s.start_s), None)
         rate = switch["rate_before"] if after is None else \
             min(switch["rate_before"], after.tokens / (after.end_s - after.start_s))
         expected = rate * (end - start)
-        drops.append(max(0.0, 1.0 - tokens_between(record, start, end) / expected)
-                     if expected > 0 else 0.0)
+        short = rate * (read - start) - tokens_between(record, start, read)
+        drops.append(max(0.0, short / expected) if expected > 0 else 0.0)
         recoveries.append(switch["resume_s"] - switch["stop_s"])
     return drops, recoveries
 

@@ -114,6 +114,9 @@ class _Run:
             if costs.load_notice_s > 0 and not policy.oracle else []
         self.delivered = 0
         self.seen = 0.0  # every change and timer up to here has been looked at
+        # the changes and timers that came while training stood still, shown as one point
+        # at its end (:meth:`stood_still`)
+        self.caught: Point | None = None
         training = instance.training
         self.record = RunRecord(policy.name, self.horizon,
                                 float(training.global_batch * instance.model.seq_len))
@@ -230,13 +233,16 @@ class _Run:
         self.add(at, at + point.pause_s, "checkpoint", plan)
         self.durable.append((point.durable_s, self.tokens, at, MID_STEP_BYTES_PER_PARAM))
         self.last_checkpoint = at
-        self.seen = max(self.seen, at + point.pause_s)
+        self.stood_still(at + point.pause_s)
         return at + point.pause_s
 
     def next_point(self, after: float) -> Point:
         """The next state change or policy timer after ``after``, or the next notice not
         yet delivered (at ``after`` if it is due already); the horizon at most. At equal
-        times a timer (its state has the change), then a change, then a notice."""
+        times a timer (its state has the change), then a change, then a notice. The point
+        standing for what came while training stood still (:meth:`stood_still`) first."""
+        if self.caught is not None:
+            return self.caught
         change = self.states.next_change(after)
         timer = self.policy.next_timer(after)
         notice = self.notices[self.delivered] if self.delivered < len(self.notices) \
@@ -250,9 +256,28 @@ class _Run:
             return Point(change, Trigger.CHANGE)
         return Point(first, Trigger.NOTICE, notice[1])
 
+    def stood_still(self, until: float) -> None:
+        """Training stood still up to ``until`` (a checkpoint's pause, a switch's stop, a
+        restart): the changes and timers that came meanwhile are shown to the policy at
+        ``until``, as one point (a timer if one came, else a change), not skipped."""
+        if until <= self.seen:
+            return
+        came = None
+        if self.policy.next_timer(self.seen) <= until:
+            came = Trigger.TIMER
+        elif self.states.next_change(self.seen) <= until:
+            came = Trigger.CHANGE
+        if self.caught is not None and came is not Trigger.TIMER:
+            came = self.caught.trigger  # an earlier stand-still's, not yet shown
+        self.seen = until
+        if came is not None and until < self.horizon:
+            self.caught = Point(until, came)
+
     def take(self, point: Point) -> None:
         """``point`` has been looked at: a notice is not delivered again."""
-        if point.trigger is Trigger.NOTICE:
+        if self.caught is not None and point == self.caught:
+            self.caught = None
+        elif point.trigger is Trigger.NOTICE:
             self.delivered += 1
         else:
             self.seen = max(self.seen, point.time_s)
@@ -319,7 +344,7 @@ class _Run:
         durable_from = now + pause + storage_time(self.instance, plan, self.costs)
         self.durable.append((durable_from, self.tokens, now, PERSISTENT_BYTES_PER_PARAM))
         self.last_checkpoint = now
-        self.seen = max(self.seen, now + pause)
+        self.stood_still(now + pause)
         return now + pause
 
     def interrupt(self, at: float, plan: Plan, in_progress: float = 0.0
@@ -355,17 +380,17 @@ class _Run:
         """Starting ``plan`` after a stop: its stages read the last checkpoint (with the
         gradients of one taken inside a step) and start cold. Returns when it runs, or
         None if it loses GPUs meanwhile (then nothing is lost: nothing ran; returns with
-        ``self.seen`` at that change)."""
+        ``self.seen`` at that change, which the policy is shown)."""
         ready = now + storage_time(self.instance, plan, self.costs, self.durable[-1][3]) \
             + self.costs.restart_s
         lost = self.breaks(plan, now, ready)
         if lost is not None and lost < self.horizon:
             self.add(now, lost, "stopped")
-            self.seen = lost
+            self.stood_still(lost)  # the policy is shown that change: its plan cannot start
             return None
         self.add(now, ready, "stopped")
         self.last_checkpoint = ready
-        self.seen = max(self.seen, ready)
+        self.stood_still(ready)
         return ready
 
     def first_loss(self, now: float, plan: Plan) -> float | None:
@@ -404,7 +429,8 @@ class _Run:
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
 
-    def cut(self, now: float, end: float, kept: float, plan: Plan) -> tuple[float, Plan]:
+    def cut(self, now: float, end: float, kept: float, plan: Plan
+            ) -> tuple[float, Plan | None, bool]:
         """The pending switch, cutting the step in progress (``kept`` done before ``now``,
         the rest due by ``end``) at its cut: the micro-batches before the last boundary
         from which the pipeline drains by then are kept, and their gradients move."""
@@ -417,24 +443,35 @@ class _Run:
         self.add(now + done * slot, at, "lost", plan)
         return self.switch(at, plan, inside_step=done > 0 or kept > 0)
 
-    def switch(self, now: float, old: Plan, inside_step: bool = False) -> tuple[float, Plan]:
+    def switch(self, now: float, old: Plan, inside_step: bool = False
+               ) -> tuple[float, Plan | None, bool]:
         """The planned switch at ``now`` (a step boundary, or a cut ``inside_step``: the
         gradients accumulated move too): state moves, then the cut-over; not made if the
-        new plan does not fit meanwhile."""
+        new plan does not fit meanwhile. Where the old plan's GPUs go before the state
+        has left them (a failure, or load no notice had announced when the switch was
+        decided), the state on them is lost: the old plan is interrupted then. Returns
+        (when training goes on or the policy has decided, the plan, whether it runs)."""
         new = self.pending["plan"]
         info = self.pending["info"]
         self.pending = None
         moves = migration_bytes(self.instance, old, new, MID_STEP_BYTES_PER_PARAM
                                 if inside_step else PERSISTENT_BYTES_PER_PARAM)
-        stop = migration_time(self.state(now), moves) + self.costs.switch_s
+        moving = migration_time(self.state(now), moves)
+        stop = moving + self.costs.switch_s
         if not self.fits(new, now) or self.breaks(new, now, now + stop) is not None:
-            return now, old
+            return now, old, True
+        gone = self.breaks(old, now, now + moving) if moving > 0 else None
+        if gone is not None and gone < self.horizon:
+            self.add(now, gone, "stopped")
+            self.take(Point(gone, Trigger.CHANGE))
+            decided, plan = self.interrupt(gone, old)
+            return decided, plan, False
         self.add(now, now + stop, "switch", new)
         self.record.switches.append({**info, "stop_s": now, "resume_s": float(now + stop),
                                      "plan": self.record.plan_index(new),
                                      "bytes": float(sum(moves.values()))})
-        self.seen = max(self.seen, now + stop)
-        return now + stop, new
+        self.stood_still(now + stop)
+        return now + stop, new, True
 
 
 def scenario_step_times(instance: Instance, scenario: Scenario,
@@ -469,7 +506,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                     now = run.seen
                     continue
                 now, running = began, True
-                run.seen = max(run.seen, now)
+                run.stood_still(now)
                 for interruption in run.record.interruptions:
                     if interruption["resumed_s"] is None:
                         interruption["resumed_s"] = now
@@ -478,6 +515,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
             run.take(point)
             run.add(now, point.time_s, "waiting")
             now = max(now, point.time_s)
+            point = dataclasses.replace(point, time_s=now)
             if now >= horizon or point.trigger is Trigger.NOTICE:
                 continue
             answer = run.ask(point, plan, Trigger.WAITING)
@@ -519,7 +557,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                     now, plan, running = at, new, False
                     break
             elif point.trigger is not Trigger.NOTICE and not run.fits(plan, at):
-                run.add(now, at, "lost", plan)
+                run.add(now, at, "lost", plan, rate * (at - now))  # the work then lost
                 now, plan = run.interrupt(at, plan, rate * (at - now))
                 running = False
                 break
@@ -533,7 +571,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
         if not running:
             continue
         if cut is not None:  # a switch that cannot wait for the step's end
-            now, plan = run.cut(now, end, kept, plan)
+            now, plan, running = run.cut(now, end, kept, plan)
             continue
         if save is not None:  # a checkpoint inside the step
             goes_on = run.save(now, end, kept, plan, save)
@@ -548,5 +586,5 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                                   or run.announced_loss(now, plan)):
             now = run.checkpoint(now, plan)
         if run.pending is not None and run.pending["ready_s"] <= now:
-            now, plan = run.switch(now, plan)
+            now, plan, running = run.switch(now, plan)
     return run.record

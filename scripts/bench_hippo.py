@@ -18,7 +18,11 @@ On generated instances (the generator's full search space, one per topology and 
 - warm, same request: a decision the state has answered before (the same preference and
   budgets);
 - warm, new budget: the same state, a random GPU budget (mostly one not asked before);
-- a front: ``Scheduler.front`` (the budget sweep), its wall time and decisions;
+- a cold front: ``Scheduler.front`` (the budget sweep) on the instance right after the
+  scheduler forgot everything, as the evaluation builds each front: its wall time and
+  decisions (made before the cold decisions, which forget it);
+- a front: the same sweep after the decisions above on the state (their plans and
+  floors start its placements), its wall time and decisions;
 - from the front: after it, requests of a random preference and GPU budget (a cost budget
   half of the time) on the same state, which the scheduler reads off the front it built
   (:mod:`rl.front_book`; those it decides instead, where no point is within the budgets
@@ -246,9 +250,9 @@ def _bench(args: argparse.Namespace) -> None:
     collections = Collections()
     # each call timed, by kind
     breakdown = Breakdown(("cold start", "cold decision", "bandwidth change", "load change",
-                           "warm, same request", "warm, new budget", "front",
+                           "warm, same request", "warm, new budget", "cold front", "front",
                            "from the front"))
-    decisions = []
+    decisions = {"cold front": [], "front": []}  # decisions per front
     # keeps no front: decides what the first reads
     fresh = Scheduler(args.checkpoint, freeze_gc=not args.unfreeze)
     costs = []  # (J read off the front, J decided) of the requests after the front
@@ -304,6 +308,11 @@ def _bench(args: argparse.Namespace) -> None:
                                  least, resumed])
                 return budgets, candidates
 
+            scheduler.forget()
+            scheduler.env.caches.clear()
+            with breakdown.timing("cold front"):
+                cold = scheduler.front(instance, settings=settings)
+            decisions["cold front"].append(cold.provenance["decisions"])
             for _ in range(max(1, args.repeats // 5)):
                 scheduler.forget()
                 scheduler.env.caches.clear()
@@ -323,7 +332,7 @@ def _bench(args: argparse.Namespace) -> None:
                 timed(instance.with_link_state(free_gpus=moved), "load change")
             with breakdown.timing("front"):
                 front = scheduler.front(instance, settings=settings)
-            decisions.append(front.provenance["decisions"])
+            decisions["front"].append(front.provenance["decisions"])
             key = scheduler._front_key(instance, settings)
             scale = scheduler.env.cache_of(instance).scale
             for _ in range(args.repeats):
@@ -353,10 +362,13 @@ def _bench(args: argparse.Namespace) -> None:
                          _least_cost(instance, candidates, least_time, scale)))
             print(f"{instance.name}: front of {len(front.points)} points, "
                   f"{front.provenance['decisions']} decisions, "
-                  f"{breakdown.calls['front'][-1]:.2f} s", flush=True)
+                  f"{breakdown.calls['front'][-1]:.2f} s; cold: {len(cold.points)} points, "
+                  f"{cold.provenance['decisions']} decisions, "
+                  f"{breakdown.calls['cold front'][-1]:.2f} s", flush=True)
     for kind, values in breakdown.calls.items():
         print(f"{kind:19s} {percentiles(values)}")
-    print(f"decisions per front: median {int(np.median(decisions))}, max {max(decisions)}")
+    for kind, counts in decisions.items():
+        print(f"decisions per {kind}: median {int(np.median(counts))}, max {max(counts)}")
     print("where the time goes, as shares of each kind's time:")
     for kind in breakdown.calls:
         if line := breakdown.summary(kind):

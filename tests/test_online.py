@@ -15,7 +15,7 @@ from clitools import run_module
 
 from evaluation.methods import METHODS
 from evaluation.online import OnlineUnit, run_online_unit
-from evaluation.online_metrics import run_kpis
+from evaluation.online_metrics import adjustments, run_kpis
 from evaluation.replanning import Oracle, Planner, PolicySettings, ReplanningPolicy
 from formulation.costmodel import BYTES_PER_VALUE, GBIT, CostModel
 from formulation.instance import Instance
@@ -29,7 +29,7 @@ from formulation.run_costs import (
     migration_time,
     storage_time,
 )
-from formulation.run_record import Replan, Trigger
+from formulation.run_record import Replan, RunRecord, Segment, Trigger
 from formulation.scenario import Event, EventKind, Scenario, state_series
 from formulation.training_run import scenario_step_times, simulate_run
 from instances.scenarios import ScenarioSettings, generate_scenario
@@ -148,6 +148,88 @@ def test_a_failure_at_a_step_end_or_during_a_switch_is_not_missed(hand_instance)
                           FAST)
     assert not record.switches and not record.interruptions
     assert all(record.plans[s.plan] == PLAN_A for s in _steps(record))
+
+
+def test_a_switch_whose_old_gpus_go_before_the_state_has_left_them_is_interrupted(
+        hand_instance):
+    """The same switch; beta, whose layers move to gamma, fails halfway through their
+    transfer: the state still on beta is lost, so the run is interrupted there and rolls
+    back (no checkpoint: to the start); no switch is made."""
+    step = simulated_step_time(hand_instance, PLAN_A)
+    boundary = math.ceil(41.0 / step) * step
+    moving = migration_time(hand_instance, migration_bytes(hand_instance, PLAN_A, PLAN_B))
+    assert moving > 2.0
+    scenario = Scenario.of(150.0, [Event(boundary + moving / 2, EventKind.DOMAIN_FAILURE, 1,
+                                         duration_s=100.0)])
+    record = simulate_run(hand_instance, scenario, Scripted(PLAN_A, timer_s=10.0,
+                                                            then=PLAN_B), FAST)
+    assert not record.switches
+    (interruption,) = record.interruptions
+    assert interruption["time_s"] == pytest.approx(boundary + moving / 2)
+    assert interruption["cause"] == "failure" and interruption["rolled_back_from_s"] == 0.0
+    assert interruption["tokens_lost"] == pytest.approx(
+        round(boundary / step) * record.tokens_per_step)
+    assert not [s for s in _steps(record) if s.start_s >= boundary - 1e-9]
+
+
+def test_an_adjustments_drop_is_read_until_the_new_plan_is_interrupted():
+    """A switch decided at 90 s stops training from 100 to 110 s; at 200 s a later change
+    interrupts the new plan for 200 s, in a step begun at 170 s. Over the 5-minute window
+    that drop would be 2/3; the adjustment's own shortfall is read up to the
+    interruption, the step it cut counted as trained (throughput as seen then): 10 s of
+    the rate in the 300 s window."""
+    record = RunRecord("hand", 1000.0, 100.0)
+    record.segments += [Segment(0.0, 100.0, "step", 0, 100.0),
+                        Segment(100.0, 110.0, "switch", 1),
+                        Segment(110.0, 170.0, "step", 1, 60.0),
+                        Segment(170.0, 200.0, "lost", 1, 30.0),
+                        Segment(200.0, 400.0, "stopped"),
+                        Segment(400.0, 1000.0, "step", 1, 600.0)]
+    record.switches.append({"event_s": 90.0, "rate_before": 1.0, "trigger": "change",
+                            "stop_s": 100.0, "resume_s": 110.0, "plan": 1, "bytes": 1.0})
+    assert adjustments(record) == ([pytest.approx(1.0 - 100.0 / 300.0)], [10.0])
+    record.interruptions.append({"time_s": 200.0, "cause": "load"})
+    assert adjustments(record) == ([pytest.approx(10.0 / 300.0)], [10.0])
+
+
+class Spy(Scripted):
+    """:class:`Scripted`, and every (time, trigger) it was asked at."""
+
+    def observe(self, now, state, plan, trigger, deadline_s=None):
+        if trigger is Trigger.START:
+            self.asked = []
+        self.asked.append((now, trigger))
+        return super().observe(now, state, plan, trigger, deadline_s)
+
+
+def test_a_timer_during_a_checkpoint_pause_is_shown_when_training_goes_on(hand_instance):
+    """A host copy slow enough that the checkpoint after the first step pauses training
+    for seconds, and a policy timer inside that pause: the policy is asked at the pause's
+    end (before, the timer was skipped)."""
+    costs = dataclasses.replace(FAST, host_copy_gbps=10.0)
+    step = simulated_step_time(hand_instance, PLAN_A)
+    pause = checkpoint_pause(hand_instance, PLAN_A, costs)
+    assert pause > 2.0
+    policy = Spy(PLAN_A, checkpoint_interval_s=step / 2, timer_s=step + pause / 2)
+    record = simulate_run(hand_instance, Scenario.of(3 * step, []), policy, costs)
+    (first, *_), = [[s for s in record.segments if s.kind == "checkpoint"]]
+    assert (first.start_s, first.end_s) == pytest.approx((step, step + pause))
+    assert [(now, trigger) for now, trigger in policy.asked
+            if trigger is Trigger.TIMER] == [(pytest.approx(step + pause), Trigger.TIMER)]
+
+
+def test_a_plan_that_loses_its_gpus_while_restarting_is_shown_that_change(hand_instance):
+    """beta fails at 20.5 s for 30 s; the plan restarts when it is repaired (60 s), and
+    beta fails again 20 s into the restart: the policy is asked then, as its plan cannot
+    start (before, it was asked only at the next change, the repair 30 s later)."""
+    scenario = Scenario.of(300.0, [
+        Event(20.5, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0),
+        Event(70.5, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)])
+    policy = Spy(PLAN_A)
+    record = simulate_run(hand_instance, scenario, policy, FAST)
+    assert (70.5, Trigger.WAITING) in policy.asked
+    assert min(now for now, trigger in policy.asked if trigger is Trigger.WAITING) == 50.5
+    assert record.interruptions[0]["resumed_s"] == pytest.approx(100.5 + 60.0)
 
 
 def test_every_notice_is_delivered_and_a_later_keep_does_not_cancel_its_switch(hand_instance):

@@ -348,8 +348,12 @@ def test_bench_hippo_records_its_decisions_and_compares_a_run_with_a_record(tmp_
     the cold decisions once resumed); a record of other requests is refused before the run."""
     record = tmp_path / "record.json"
     tiny = ["--domains", "5", "--instance-seeds", "1", "--repeats", "1", "--unfreeze"]
-    status, _, stderr = _run("bench_hippo", tiny + ["--record", str(record)])
+    status, stdout, stderr = _run("bench_hippo", tiny + ["--record", str(record)])
     assert status == 0, stderr
+    # a cold front on each instance as the evaluation builds it, and one after the decisions
+    for kind in ("cold front", "front"):
+        assert re.search(rf"^{kind} +p50 .*\(n = 3\)$", stdout, re.M), stdout
+        assert re.search(rf"^decisions per {kind}: median \d+", stdout, re.M), stdout
     document = json.loads(record.read_text(encoding="utf-8"))
     assert document["protocol"]["domains"] == 5 and document["settings"]["fallback"]
     decisions = document["decisions"]
