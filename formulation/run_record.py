@@ -91,10 +91,11 @@ class Point:
 
 @dataclass(frozen=True)
 class SavePoint:
-    """A checkpoint inside a step, before an announced change takes the plan's GPUs."""
+    """A checkpoint inside a step: before an announced change takes the plan's GPUs, or
+    the periodic one where a step is longer than the interval."""
 
     time_s: float  # a micro-batch boundary: the step's micro-batches before it are kept
-    change_s: float  # the change it is for
+    change_s: float | None  # the announced change it is for (None: a periodic one)
     kept: float  # the share of the step's micro-batches done by then
     pause_s: float  # the drain and the copy to host memory: training stops
     durable_s: float  # when the store holds it

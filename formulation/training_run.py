@@ -23,7 +23,8 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   end with a flush), every layer that moves to another domain sends its weights and
   optimizer state (``PERSISTENT_BYTES_PER_PARAM`` per parameter, the memory model's) over
   the WAN link between the two domains at that moment's bandwidth (links in parallel), and
-  the new plan starts after ``switch_s`` more.
+  the new plan starts after ``switch_s`` more. If the old plan's GPUs go before the
+  moving state has left them, that state is lost: an interruption.
 * **Notice.** Other tenants' load is placed by the same platform, so a load change is
   announced ``load_notice_s`` before it takes effect (failures are not): the policy is
   asked with the announced state. A switch decided while a notice announces that the
@@ -35,21 +36,26 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   run counts the rest of the step as the new plan's work at its rate). A switch that
   cannot be done by then does not replace one that can; if none is, the plan is
   interrupted when the load takes its GPUs.
-* **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary:
-  training pauses while each GPU copies its shard to host memory (``host_copy_gbps``); the
-  checkpoint becomes durable once every domain has written its stages' state
-  (``storage_gbps``), in the background. A notice that the running plan will lose GPUs,
-  with no switch under way, makes the job checkpoint at each step boundary until the
-  change, whatever the interval (as a job checkpoints on a spot instance's reclaim
-  notice), where that checkpoint can be durable before the change: the interruption then
-  rolls back at most the steps since the last such boundary. Where the step in progress
-  ends too late for that, the job checkpoints inside it (:meth:`_Run.save_point`): at the
-  last micro-batch boundary from which it can, the pipeline drains, the gradients
-  accumulated so far (reduced over the replicas, bf16) join the state
-  (``MID_STEP_BYTES_PER_PARAM``), and the checkpoint holds the micro-batches done; the
-  step goes on meanwhile, and the interruption rolls back to that point only. A notice
+* **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary (inside
+  a step longer than the interval, at a micro-batch boundary, as below, so that a failure
+  loses at most the interval's work and the write): training pauses while each GPU copies
+  its shard to host memory (``host_copy_gbps``); the checkpoint becomes durable once every
+  domain has written its stages' state (``storage_gbps``), in the background. A notice that
+  the running plan will lose GPUs, with no switch under way, makes the job checkpoint at
+  each step boundary until the change, whatever the interval (as a job checkpoints on a spot
+  instance's reclaim notice), where that checkpoint can be durable before the change: the
+  interruption then rolls back at most the steps since the last such boundary. Where the
+  step in progress ends too late for that, the job checkpoints inside it
+  (:meth:`_Run.save_point`): at the last micro-batch boundary from which it can, the
+  pipeline drains, the gradients accumulated so far (reduced over the replicas, bf16) join
+  the state (``MID_STEP_BYTES_PER_PARAM``), and the checkpoint holds the micro-batches done;
+  the step goes on meanwhile, and the interruption rolls back to that point only. A notice
   tells the announced load; a failure in between is not announced
   (:meth:`~formulation.scenario.StateSeries.announced`).
+
+Changes and policy timers that come while training stands still (a checkpoint's pause, a
+switch's stop, a restart) are shown to the policy when it goes on, as one point; a plan
+that loses its GPUs while it restarts shows the policy that change.
 
 An *oracle* policy (``Policy.oracle``) re-plans at every change with perfect knowledge and
 free migration: it switches at the very moment of a change, keeps the part of the step
@@ -191,21 +197,51 @@ class _Run:
         (a micro-batch slot per stage after the first; the gradients' reduction over the
         replicas, within their domain, is left out), the copy to host memory and the
         store's write end by the change. None where there is none, or one was taken for
-        that change."""
+        that change.
+
+        Also the policy's periodic checkpoint, where a step is longer than its interval
+        (no step boundary could hold it): at the first micro-batch boundary, not before
+        ``looked``, at which the interval since the last checkpoint has passed. The
+        earlier of the two."""
         if self.pending is not None and self.pending["cut_s"] is not None:
             return None
+        micro_batches, left, slot = self.slots(now, end, kept, plan)
+        if left < 2:
+            return None
+        instance, costs = self.instance, self.costs
+        pause = self.drain(plan, slot) \
+            + checkpoint_pause(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
+        durable = pause + storage_time(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
+        points = [point for point in (
+            self._announced_save(now, end, kept, plan, looked, pause, durable),
+            self._periodic_save(now, end, kept, plan, looked, pause, durable))
+            if point is not None]
+        return min(points, key=lambda point: point.time_s, default=None)
+
+    def _periodic_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
+                       pause: float, durable: float) -> SavePoint | None:
+        """The periodic checkpoint inside a step longer than the interval (:meth:`save_point`)."""
+        micro_batches, left, slot = self.slots(now, end, kept, plan)
+        interval = self.policy.checkpoint_interval_s
+        if (end - now) / (1.0 - kept) <= interval:
+            return None
+        done = max(1, math.ceil((max(self.last_checkpoint + interval, looked) - now) / slot
+                                - 1e-9))
+        if done > left - 1:
+            return None
+        at = now + done * slot
+        return SavePoint(at, None, kept + done / micro_batches, pause, at + durable)
+
+    def _announced_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
+                        pause: float, durable: float) -> SavePoint | None:
+        """The checkpoint inside the step before an announced change (:meth:`save_point`)."""
         micro_batches, left, slot = self.slots(now, end, kept, plan)
         changes = [effective for effective in self.changes_ahead(now)  # the first first
                    if effective not in self.saved
                    and not self.announced_fits(plan, looked, effective)]
-        if left < 2 or not changes:
-            return None
         instance, costs = self.instance, self.costs
         after_step = end + checkpoint_pause(instance, plan, costs) \
             + storage_time(instance, plan, costs)
-        pause = self.drain(plan, slot) \
-            + checkpoint_pause(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
-        durable = pause + storage_time(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
         for effective in changes:
             if effective >= after_step:
                 continue
@@ -224,7 +260,8 @@ class _Run:
         micro-batches done since ``now`` are progress, and the state with them is durable
         after the pause and the write (no pause if the plan loses GPUs during it). Returns
         when the step goes on."""
-        self.saved.add(point.change_s)
+        if point.change_s is not None:
+            self.saved.add(point.change_s)
         at = point.time_s
         self.progress(now, at, "partial", plan,
                       (point.kept - kept) * self.record.tokens_per_step)

@@ -210,7 +210,7 @@ def test_a_timer_during_a_checkpoint_pause_is_shown_when_training_goes_on(hand_i
     step = simulated_step_time(hand_instance, PLAN_A)
     pause = checkpoint_pause(hand_instance, PLAN_A, costs)
     assert pause > 2.0
-    policy = Spy(PLAN_A, checkpoint_interval_s=step / 2, timer_s=step + pause / 2)
+    policy = Spy(PLAN_A, checkpoint_interval_s=step, timer_s=step + pause / 2)
     record = simulate_run(hand_instance, Scenario.of(3 * step, []), policy, costs)
     (first, *_), = [[s for s in record.segments if s.kind == "checkpoint"]]
     assert (first.start_s, first.end_s) == pytest.approx((step, step + pause))
@@ -338,6 +338,37 @@ def test_a_step_checkpointed_inside_goes_on_and_its_parts_make_one_step(hand_ins
     read = storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
     assert restart.start_s == 150.0
     assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + read)
+
+
+def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
+        hand_instance):
+    """3-minute steps, checkpoints every 60 s: no step boundary can hold them, so each is
+    taken inside the step, at the first micro-batch boundary 60 s after the last one (a
+    drain and the copy of the state with the gradients: 16 bytes a parameter); a failure
+    then rolls back to the last of them only."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=4096))
+    step = simulated_step_time(instance, PLAN_A)
+    assert step > 150.0
+    slot = step / (4096 // 2)
+    pause = slot + checkpoint_pause(instance, PLAN_A, FAST, MID_STEP_BYTES_PER_PARAM)
+    record = simulate_run(instance, Scenario.of(170.0, []), Scripted(PLAN_A, 60.0), FAST)
+    saves = [s for s in record.segments if s.kind == "checkpoint"]
+    first = math.ceil(60.0 / slot) * slot
+    second = first + pause + math.ceil((60.0 - pause) / slot) * slot
+    assert [(s.start_s, s.end_s) for s in saves] == [
+        pytest.approx((first, first + pause)), pytest.approx((second, second + pause))]
+    parts = [s for s in record.segments if s.kind == "partial"]
+    assert [p.tokens / record.tokens_per_step for p in parts[:2]] == [
+        pytest.approx(first / step), pytest.approx((second - first - pause) / step)]
+    failed = simulate_run(instance, Scenario.of(170.0, [Event(
+        second + 10.0, EventKind.DOMAIN_FAILURE, 1, duration_s=100.0)]),
+        Scripted(PLAN_A, 60.0), FAST)
+    (interruption,) = failed.interruptions
+    assert interruption["rolled_back_from_s"] == pytest.approx(second)
+    assert interruption["tokens_lost"] == 0.0
+    assert interruption["tokens_in_progress"] == pytest.approx(
+        (10.0 - pause) / step * failed.tokens_per_step)
 
 
 def test_a_switch_that_cuts_its_step_keeps_the_micro_batches_done(hand_instance):
