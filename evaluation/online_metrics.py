@@ -24,8 +24,8 @@ comparisons, of the oracle's and the static policy's runs on the same scenario):
   progress regained, the part of the step then in progress included (``interruption``,
   <= 10 min); the largest over the run.
 * **WAN idle share**: share of step time the GPUs wait for the WAN (each step's time less
-  the same plan's closed-form step time with a free WAN, or its share for the rest of a
-  step after a checkpoint inside it); ``idle_reduction`` is how much
+  the same plan's closed-form step time with a free WAN, or its share for a part of a step
+  that a checkpoint or a cut inside it divides); ``idle_reduction`` is how much
   less than the static policy (seeds, under +-30 % bandwidth: >= 40 %; not defined where
   the static plan waits less than ``MIN_IDLE_SHARE``).
 * **share error**: while a plan runs, the largest difference between a domain's share of
@@ -158,7 +158,7 @@ def wan_idle_share(instance: Instance, record: RunRecord) -> float:
     unbound = evaluate_plans(free_wan, record.plans).step_time_s
     waiting = total = 0.0
     for s in record.segments:
-        if s.kind == "step":  # the rest of a step after a checkpoint inside it: its share
+        if s.kind in PROGRESS:  # a part of a step (a checkpoint or a cut inside it): its share
             length = s.end_s - s.start_s
             share = s.tokens / record.tokens_per_step
             waiting += max(0.0, length - share * float(unbound[s.plan]))

@@ -154,6 +154,11 @@ class _Run:
             change = self.states.next_change(change)
         return None
 
+    def loses(self, plan: Plan, start: float, end: float) -> bool:
+        """Whether ``plan`` has lost GPUs by ``start`` (a change at that very time) or loses
+        them in ``(start, end]``."""
+        return not self.fits(plan, start) or self.breaks(plan, start, end) is not None
+
     def announced_loss(self, now: float, plan: Plan) -> bool:
         """Whether to checkpoint at the step boundary ``now``: a notice delivered by then
         announces a change after ``now`` that takes ``plan``'s GPUs (by what the notice
@@ -227,9 +232,9 @@ class _Run:
             return None
         done = max(1, math.ceil((max(self.last_checkpoint + interval, looked) - now) / slot
                                 - 1e-9))
-        if done > left - 1:
-            return None
         at = now + done * slot
+        if done > left - 1 or self.loses(plan, at, at + pause):  # no pause that breaks
+            return None
         return SavePoint(at, None, kept + done / micro_batches, pause, at + durable)
 
     def _announced_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
@@ -265,7 +270,7 @@ class _Run:
         at = point.time_s
         self.progress(now, at, "partial", plan,
                       (point.kept - kept) * self.record.tokens_per_step)
-        if self.breaks(plan, at, at + point.pause_s) is not None:
+        if self.loses(plan, at, at + point.pause_s):
             return at
         self.add(at, at + point.pause_s, "checkpoint", plan)
         self.durable.append((point.durable_s, self.tokens, at, MID_STEP_BYTES_PER_PARAM))
@@ -375,7 +380,7 @@ class _Run:
         during its pause: the next step sees that); returns when training goes on (the
         write to the store goes on in the background)."""
         pause = checkpoint_pause(self.instance, plan, self.costs)
-        if self.breaks(plan, now, now + pause) is not None:
+        if self.loses(plan, now, now + pause):
             return now
         self.add(now, now + pause, "checkpoint", plan)
         durable_from = now + pause + storage_time(self.instance, plan, self.costs)
@@ -391,6 +396,7 @@ class _Run:
         far), detection, the policy's decision. Returns (when that decision is made, the
         plan it chose: the same one if it keeps it)."""
         before = self.tokens
+        self.caught = None  # the policy is shown the state at the interruption
         self.durable = [d for d in self.durable if d[0] <= at]
         _, tokens, captured, _ = self.durable[-1]
         for segment in self.record.segments:
@@ -442,7 +448,9 @@ class _Run:
         done by that change, whatever point decided it: the step in progress is cut in
         time for the state to move. A switch that cannot be done by then, or to a plan
         that change takes GPUs from too, does not replace the one pending; a plan needing
-        GPUs the change announced at ``point`` frees waits for them."""
+        GPUs the change announced at ``point`` frees waits for them (so it can be done by
+        a change that also takes the running plan's GPUs only where no state moves off
+        them)."""
         new = answer.plan
         pending = self.pending
         ready = point.time_s + answer.charged_s + self.costs.prepare_s
@@ -455,13 +463,15 @@ class _Run:
         if gone_by is not None:
             if not self.announced_fits(new, point.time_s, gone_by):
                 return  # it would lose GPUs at that change too
-            stop = migration_time(self.state(point.time_s),  # the links as they are now
-                                  migration_bytes(self.instance, plan, new,
-                                                  MID_STEP_BYTES_PER_PARAM)) \
-                + self.costs.switch_s
+            moves = migration_bytes(self.instance, plan, new, MID_STEP_BYTES_PER_PARAM)
+            stop = migration_time(self.state(point.time_s), moves) \
+                + self.costs.switch_s  # the links as they are now
             cut = max(ready, gone_by - stop)
-            if ready > gone_by - stop and (self.fits(new, point.time_s) or ready > gone_by):
-                return  # too late: the change will interrupt it
+            # too late: the change will interrupt it (where no state moves off the GPUs
+            # it takes, a plan that needs what it frees may cut over at the change)
+            if ready > gone_by - stop and (moves or self.fits(new, point.time_s)
+                                           or ready > gone_by):
+                return
         self.pending = {"plan": new, "ready_s": ready, "cut_s": cut,
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
@@ -485,8 +495,9 @@ class _Run:
         """The planned switch at ``now`` (a step boundary, or a cut ``inside_step``: the
         gradients accumulated move too): state moves, then the cut-over; not made if the
         new plan does not fit meanwhile. Where the old plan's GPUs go before the state
-        has left them (a failure, or load no notice had announced when the switch was
-        decided), the state on them is lost: the old plan is interrupted then. Returns
+        has left them (a failure, load no notice had announced when the switch was
+        decided, a transfer slower than planned), the state on them is lost: the old plan
+        is interrupted then. Returns
         (when training goes on or the policy has decided, the plan, whether it runs)."""
         new = self.pending["plan"]
         info = self.pending["info"]
@@ -497,7 +508,9 @@ class _Run:
         stop = moving + self.costs.switch_s
         if not self.fits(new, now) or self.breaks(new, now, now + stop) is not None:
             return now, old, True
-        gone = self.breaks(old, now, now + moving) if moving > 0 else None
+        gone = None
+        if moving > 0:
+            gone = now if not self.fits(old, now) else self.breaks(old, now, now + moving)
         if gone is not None and gone < self.horizon:
             self.add(now, gone, "stopped")
             self.take(Point(gone, Trigger.CHANGE))
@@ -619,8 +632,10 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
             break
         run.progress(now, end, "step", plan, run.record.tokens_per_step * (1.0 - kept))
         now = end
-        if not policy.oracle and (now - run.last_checkpoint >= policy.checkpoint_interval_s
-                                  or run.announced_loss(now, plan)):
+        cutting = run.pending is not None and run.pending["cut_s"] is not None
+        if not policy.oracle and not cutting and (
+                now - run.last_checkpoint >= policy.checkpoint_interval_s
+                or run.announced_loss(now, plan)):
             now = run.checkpoint(now, plan)
         if run.pending is not None and run.pending["ready_s"] <= now:
             now, plan, running = run.switch(now, plan)

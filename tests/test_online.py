@@ -101,6 +101,9 @@ def test_a_failure_rolls_back_to_the_checkpoint_and_waits_for_its_gpus(hand_inst
     in_progress = 20.5 - done[-1].end_s
     assert interruption["tokens_in_progress"] == pytest.approx(
         in_progress / step * record.tokens_per_step)
+    (cut,) = [s for s in record.segments if s.kind == "lost"]  # trained, then lost
+    assert (cut.start_s, cut.end_s) == pytest.approx((done[-1].end_s, 20.5))
+    assert cut.tokens == interruption["tokens_in_progress"]
     assert interruption["regained_s"] == pytest.approx(50.5 + 60.0 + 3 * step + in_progress,
                                                        abs=1e-3)
     kpis = run_kpis(hand_instance, record)
@@ -139,6 +142,12 @@ def test_a_failure_at_a_step_end_or_during_a_switch_is_not_missed(hand_instance)
     record = simulate_run(hand_instance, at_end, Scripted(PLAN_A), FAST)
     assert [i["time_s"] for i in record.interruptions] == [6 * step]
     assert not [s for s in _steps(record) if 6 * step < s.end_s <= 6 * step + 50.0]
+    # with a checkpoint due at that step end: none is taken on the GPUs gone, and the
+    # failure interrupts the plan then
+    record = simulate_run(hand_instance, at_end, Scripted(PLAN_A, 5.5 * step), FAST)
+    (interruption,) = record.interruptions
+    assert (interruption["time_s"], interruption["cause"]) == (6 * step, "failure")
+    assert not [s for s in record.segments if s.kind == "checkpoint"]
     # PLAN_B's switch stops training from the step end after 41 s for about 15 s; gamma,
     # which PLAN_B needs, fails meanwhile: no switch, PLAN_A trains on
     boundary = math.ceil(41.0 / step) * step
@@ -216,6 +225,43 @@ def test_a_timer_during_a_checkpoint_pause_is_shown_when_training_goes_on(hand_i
     assert (first.start_s, first.end_s) == pytest.approx((step, step + pause))
     assert [(now, trigger) for now, trigger in policy.asked
             if trigger is Trigger.TIMER] == [(pytest.approx(step + pause), Trigger.TIMER)]
+
+
+def test_changes_during_a_switchs_stop_are_shown_once_when_training_goes_on(hand_instance):
+    """PLAN_B's switch stops training from the step end after 41 s for about 15 s; a
+    latency spike on alpha-beta begins and ends inside that stop: the policy is asked
+    once, with a change, when the new plan starts (before, neither was shown)."""
+    step = simulated_step_time(hand_instance, PLAN_A)
+    boundary = math.ceil(41.0 / step) * step
+    scenario = Scenario.of(150.0, [Event(boundary + 2.0, EventKind.LATENCY, 0, 1, 2.0, 1.0)])
+    policy = Spy(PLAN_A, timer_s=10.0, then=PLAN_B)
+    record = simulate_run(hand_instance, scenario, policy, FAST)
+    (switch,) = record.switches
+    assert switch["resume_s"] > boundary + 3.0
+    assert [(now, trigger) for now, trigger in policy.asked if trigger is Trigger.CHANGE] \
+        == [(pytest.approx(switch["resume_s"]), Trigger.CHANGE)]
+
+
+def test_a_periodic_checkpoint_inside_a_step_and_one_before_an_announced_change(
+        hand_instance):
+    """3-minute steps, checkpoints every 60 s, and beta's load at 100 s announced at 40 s:
+    the periodic checkpoint inside the step comes first (at the first micro-batch boundary
+    after 60 s), then the one for the change (at the last boundary from which the drain
+    and the copy end by 100 s); the interruption rolls back to the second."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=4096))
+    step = simulated_step_time(instance, PLAN_A)
+    slot = step / (4096 // 2)
+    pause = slot + checkpoint_pause(instance, PLAN_A, FAST, MID_STEP_BYTES_PER_PARAM)
+    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
+    record = simulate_run(instance, scenario, Scripted(PLAN_A, 60.0),
+                          dataclasses.replace(FAST, load_notice_s=60.0))
+    first, second = [s for s in record.segments if s.kind == "checkpoint"][:2]
+    assert first.start_s == pytest.approx(math.ceil(60.0 / slot) * slot)
+    assert 100.0 - pause - slot - 1e-6 < second.start_s <= 100.0 - pause
+    (interruption,) = record.interruptions
+    assert interruption["time_s"] == 100.0
+    assert interruption["rolled_back_from_s"] == pytest.approx(second.start_s)
 
 
 def test_a_plan_that_loses_its_gpus_while_restarting_is_shown_that_change(hand_instance):
