@@ -159,12 +159,18 @@ class _Run:
         them in ``(start, end]``."""
         return not self.fits(plan, start) or self.breaks(plan, start, end) is not None
 
+    @property
+    def cutting(self) -> bool:
+        """Whether a switch that must cut its step (one due by an announced change) is
+        pending: it moves the state, so no checkpoint is taken meanwhile."""
+        return self.pending is not None and self.pending["cut_s"] is not None
+
     def announced_loss(self, now: float, plan: Plan) -> bool:
         """Whether to checkpoint at the step boundary ``now``: a notice delivered by then
         announces a change after ``now`` that takes ``plan``'s GPUs (by what the notice
         tells, :meth:`announced_fits`), a checkpoint taken now is durable by then, and no
         switch decided on a notice (one cut to be done by its change) is under way."""
-        if self.pending is not None and self.pending["cut_s"] is not None:
+        if self.cutting:
             return False
         durable = now + checkpoint_pause(self.instance, plan, self.costs) \
             + storage_time(self.instance, plan, self.costs)
@@ -208,28 +214,35 @@ class _Run:
         (no step boundary could hold it): at the first micro-batch boundary, not before
         ``looked``, at which the interval since the last checkpoint has passed. The
         earlier of the two."""
-        if self.pending is not None and self.pending["cut_s"] is not None:
+        if self.cutting:
             return None
-        micro_batches, left, slot = self.slots(now, end, kept, plan)
-        if left < 2:
+        step = self.slots(now, end, kept, plan)
+        if step[1] < 2:
+            return None
+        changes = [effective for effective in self.changes_ahead(now)  # the first first
+                   if effective not in self.saved
+                   and not self.announced_fits(plan, looked, effective)]
+        periodic = (end - now) / (1.0 - kept) > self.policy.checkpoint_interval_s
+        if not changes and not periodic:  # (the costs below are not free)
             return None
         instance, costs = self.instance, self.costs
-        pause = self.drain(plan, slot) \
+        pause = self.drain(plan, step[2]) \
             + checkpoint_pause(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
         durable = pause + storage_time(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
-        points = [point for point in (
-            self._announced_save(now, end, kept, plan, looked, pause, durable),
-            self._periodic_save(now, end, kept, plan, looked, pause, durable))
-            if point is not None]
-        return min(points, key=lambda point: point.time_s, default=None)
+        points = [self._announced_save(now, end, kept, plan, looked, step, changes, pause,
+                                       durable) if changes else None,
+                  self._periodic_save(now, kept, plan, looked, step, pause, durable)
+                  if periodic else None]
+        return min((point for point in points if point is not None),
+                   key=lambda point: point.time_s, default=None)
 
-    def _periodic_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
-                       pause: float, durable: float) -> SavePoint | None:
-        """The periodic checkpoint inside a step longer than the interval (:meth:`save_point`)."""
-        micro_batches, left, slot = self.slots(now, end, kept, plan)
+    def _periodic_save(self, now: float, kept: float, plan: Plan, looked: float,
+                       step: tuple[int, int, float], pause: float, durable: float
+                       ) -> SavePoint | None:
+        """The periodic checkpoint inside a step longer than the interval
+        (:meth:`save_point`; ``step``: its :meth:`slots`)."""
+        micro_batches, left, slot = step
         interval = self.policy.checkpoint_interval_s
-        if (end - now) / (1.0 - kept) <= interval:
-            return None
         done = max(1, math.ceil((max(self.last_checkpoint + interval, looked) - now) / slot
                                 - 1e-9))
         at = now + done * slot
@@ -238,12 +251,12 @@ class _Run:
         return SavePoint(at, None, kept + done / micro_batches, pause, at + durable)
 
     def _announced_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
-                        pause: float, durable: float) -> SavePoint | None:
-        """The checkpoint inside the step before an announced change (:meth:`save_point`)."""
-        micro_batches, left, slot = self.slots(now, end, kept, plan)
-        changes = [effective for effective in self.changes_ahead(now)  # the first first
-                   if effective not in self.saved
-                   and not self.announced_fits(plan, looked, effective)]
+                        step: tuple[int, int, float], changes: list[float], pause: float,
+                        durable: float) -> SavePoint | None:
+        """The checkpoint inside the step before the first of the announced ``changes``
+        that takes the plan's GPUs and leaves it time (:meth:`save_point`; ``step``: its
+        :meth:`slots`)."""
+        micro_batches, left, slot = step
         instance, costs = self.instance, self.costs
         after_step = end + checkpoint_pause(instance, plan, costs) \
             + storage_time(instance, plan, costs)
@@ -506,7 +519,7 @@ class _Run:
                                 if inside_step else PERSISTENT_BYTES_PER_PARAM)
         moving = migration_time(self.state(now), moves)
         stop = moving + self.costs.switch_s
-        if not self.fits(new, now) or self.breaks(new, now, now + stop) is not None:
+        if self.loses(new, now, now + stop):
             return now, old, True
         gone = None
         if moving > 0:
@@ -632,8 +645,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
             break
         run.progress(now, end, "step", plan, run.record.tokens_per_step * (1.0 - kept))
         now = end
-        cutting = run.pending is not None and run.pending["cut_s"] is not None
-        if not policy.oracle and not cutting and (
+        if not policy.oracle and not run.cutting and (
                 now - run.last_checkpoint >= policy.checkpoint_interval_s
                 or run.announced_loss(now, plan)):
             now = run.checkpoint(now, plan)
