@@ -27,6 +27,9 @@ LABEL_LIMIT = 1  # label_dp's status when it stopped at its label or work budget
 CLOCK_EVERY = 1 << 16
 # added to the rank of a dive's thin stage (probe), above any S in seconds: it comes last
 THIN = 1e9
+# completion's middle stages: a window of at most this many layers is minimised directly
+# (vectorised passes, one per layer count); above it by doubling (_next_stage)
+DIRECT_WINDOW = 8
 # The columns of label_dp's label records
 _SEG, _GPUS, _COST, _EXCESS, _VALUE, _NEXT, _ALIVE = 0, 1, 2, 3, 4, 5, 6
 
@@ -47,16 +50,39 @@ def _grow(a, size):
 
 
 @nb.njit(cache=True)
-def _next_stage(dst, rest, step, first_time, cap, cap_first, layers):
+def _next_stage(dst, rest, step, first_time, cap, cap_first, layers, layer_time, window):
     """``dst[l] = min(dst[l], step[n] + rest[l + n])`` over the middle stages of n layers
     (``1 <= n <= cap``, layers left after them), and ``step[L - l] + first_time`` where the
-    next stage closes the plan as the first (``L - l <= cap_first``)."""
+    next stage closes the plan as the first (``L - l <= cap_first``).
+
+    ``step[n]`` is ``step[0] + n * layer_time``, so the middle stages' minimum is one over a
+    sliding window: ``min(g[l + 1 .. l + cap]) - l * layer_time + step[0]`` with ``g[m] =
+    rest[m] + m * layer_time``. Above ``DIRECT_WINDOW`` layers it is computed so, by
+    doubling (``log2 cap`` passes over the row instead of ``cap``); the sums then round
+    differently, within a few units in the last place. ``window`` is scratch of at least
+    ``2 * layers`` entries whose entries from ``layers`` on are ``INF`` (the plan's last
+    layer is the first stage's)."""
     for lo in range(max(layers - cap_first, 0), layers):
         dst[lo] = min(dst[lo], step[layers - lo] + first_time)
-    for n in range(1, min(cap, layers - 1) + 1):
-        s = step[n]
-        for lo in range(layers - n):
-            dst[lo] = min(dst[lo], s + rest[lo + n])
+    most = min(cap, layers - 1)
+    if most <= DIRECT_WINDOW:
+        for n in range(1, most + 1):
+            s = step[n]
+            for lo in range(layers - n):
+                dst[lo] = min(dst[lo], s + rest[lo + n])
+        return
+    g = window
+    for m in range(layers):
+        g[m] = rest[m] + m * layer_time
+    span = 1  # g[m] is the least of g over [m, m + span)
+    while 2 * span <= most:
+        for m in range(1, layers - span):
+            g[m] = min(g[m], g[m + span])
+        span *= 2
+    base = step[0]
+    for lo in range(layers - 1):
+        least = min(g[lo + 1], g[lo + most - span + 1])
+        dst[lo] = min(dst[lo], least - lo * layer_time + base)
 
 
 @nb.njit(cache=True)
@@ -79,6 +105,7 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
     most = gpus.max() if options > 0 else 0
     fresh = np.full((domains, layers + 1), INF)
     best = np.empty(layers)
+    window = np.full(2 * layers + 2, INF)
     # n layers of option o: n c_o in a new segment, 2 delta_kk + n c_o staying in domain k
     step_new = np.empty((options, layers + 1))
     step_stay = np.empty((domains, options, layers + 1))
@@ -110,8 +137,8 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
             for o in range(options):
                 if not keep[p, o] or gpus[o] > free[kk] or gpus[o] // dp > units:
                     continue
-                _next_stage(row, f[p, kk, gpus[o] // dp], step_new[o],
-                            first_time[o], cap[p, o], cap_first[p, o], layers)
+                _next_stage(row, f[p, kk, gpus[o] // dp], step_new[o], first_time[o],
+                            cap[p, o], cap_first[p, o], layers, layer_time[o], window)
         for k in range(domains):
             top = min(free[k] // dp, units)
             room = min(free[k], units * dp) - (positions - 1 - j) * most
@@ -132,7 +159,8 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
                             or u + gpus[o] // dp > units:
                         continue
                     _next_stage(dst, f[p, k, u + gpus[o] // dp], step_stay[k, o],
-                                first_time[o], cap[p, o], cap_first[p, o], layers)
+                                first_time[o], cap[p, o], cap_first[p, o], layers,
+                                layer_time[o], window)
             for u in range(low):
                 f[j, k, u] = f[j, k, low]
     return f

@@ -155,12 +155,13 @@ def _completion_by_recursion(period, layers, positions, domains, options, dp, la
     return rest
 
 
-def _random_table_inputs(rng):
+def _random_table_inputs(rng, layers=(2, 11), positions=(2, 6)):
     """Random inputs of :func:`solvers.label_kernels.completion`: options whose GPUs, layer
     times and caps cross each other (an instance's seldom do), a domain with room for every
-    stage, and slow links."""
-    positions, domains, options, layers = (int(rng.integers(2, 6)), int(rng.integers(1, 4)),
-                                           int(rng.integers(1, 7)), int(rng.integers(2, 11)))
+    stage, and slow links; ``layers`` and ``positions``: the ranges drawn from."""
+    positions, domains, options, layers = (int(rng.integers(*positions)),
+                                           int(rng.integers(1, 4)), int(rng.integers(1, 7)),
+                                           int(rng.integers(*layers)))
     gpus = rng.choice([1, 2, 4], size=options).astype(np.int64)
     layer_time = rng.choice([0.5, 1.0, 1.5], size=options) / gpus
     first_time = rng.choice([0.0, 0.25], size=options)
@@ -224,6 +225,32 @@ def test_the_bound_tables_are_the_relaxed_completion(seed):
                 assert got == pytest.approx(want, rel=1e-12), where
             compared += 1
     assert compared > 0
+
+
+def test_wide_layer_windows_give_the_relaxed_completion(seed):
+    """A middle stage's layers above ``DIRECT_WINDOW`` are minimised over by doubling
+    (:func:`solvers.label_kernels._next_stage`), not one layer count at a time: on random
+    inputs of up to 40 layers and caps up to all of them, the table equals its definition
+    (the sums round differently, within the tolerance of the test above)."""
+    from solvers.label_kernels import DIRECT_WINDOW, INF, completion
+
+    rng = np.random.default_rng(seed + 11)
+    compared = wide = 0
+    for number in range(12):
+        args = _random_table_inputs(rng, layers=(DIRECT_WINDOW + 2, 41), positions=(2, 4))
+        table, rest = completion(*args), _relaxed_completion(*args)
+        dp, free, cap = args[5], args[11], args[9]
+        wide += int((np.minimum(cap[1:], args[1] - 1) > DIRECT_WINDOW).sum())
+        for j, k, u, placed in np.ndindex(table.shape):
+            if u * dp > free[k] or j == args[2] - 1:
+                continue
+            want, got = rest(j, k, u, placed), table[j, k, u, placed]
+            where = f"seed {seed}: case {number}, F[{j}, {k}, {u}, {placed}]"
+            assert (got >= INF) == (want == math.inf), where
+            if want < math.inf:
+                assert got == pytest.approx(want, rel=1e-12), where
+            compared += 1
+    assert compared > 0 and wide > 0
 
 
 def test_a_table_for_a_gpu_cap_bounds_every_completion_within_the_cap(seed):
