@@ -151,6 +151,10 @@ class Chain:
         # DP runs (and dives that found a plan), the labels and work they made
         self.runs = self.labels = self.work = 0
         self._tables: tuple[float, tuple[np.ndarray, np.ndarray]] | None = None
+        # the last layer caps computed, by their arguments: a run's inputs and the tables
+        # made at its period ask for the same ones
+        self._caps: tuple[tuple[float, float, float], tuple[np.ndarray, np.ndarray]] | None \
+            = None
 
     def caps(self, gpu_cap: float | None, cost_cap: float | None) -> Caps:
         """The caps of a request, with the instance's cost budget, and the critical domains
@@ -197,7 +201,11 @@ class Chain:
                    optimizer: float = OPEN) -> tuple[np.ndarray, np.ndarray]:
         """The most layers a stage holds, per (position, domain, option), as a middle stage
         and as the first stage (embedding): memory, period, and the all-reduce and optimizer
-        caps, each the largest n whose value (computed as :meth:`terms` does) is within."""
+        caps, each the largest n whose value (computed as :meth:`terms` does) is within.
+        The arrays are shared with the next call of the same arguments: read them only."""
+        key = (period, allreduce, optimizer)
+        if self._caps is not None and self._caps[0] == key:
+            return self._caps[1]
         t = self.tables
         positions, domains, options, layers = t.positions, t.num_domains, t.num_options, t.layers
         edge = np.zeros((positions, options))
@@ -219,6 +227,7 @@ class Chain:
                          + t.allreduce_fixed[None, :, :, None])
                 cap = np.minimum(cap, _largest_within(value <= allreduce))
             out.append(cap)
+        self._caps = (key, (out[0], out[1]))
         return out[0], out[1]
 
     def table_units(self, caps: Caps) -> int:
