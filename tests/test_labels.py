@@ -206,25 +206,33 @@ def test_the_bound_tables_are_the_relaxed_completion(seed):
     (the kernel skips options another dominates at a position, and copies the rows of a
     segment whose domain has room for every stage still to come: one domain has), half of
     them for a run's GPU cap (no segment above it)."""
-    from solvers.label_kernels import INF, completion
-
     rng = np.random.default_rng(seed + 3)
     cases = [case for _ in range(COUNT) for case in _instance_table_inputs(rng)]
     cases += [_random_table_inputs(rng) for _ in range(200)]
-    compared = 0
-    for number, args in enumerate(cases):
-        table, rest = completion(*args), _relaxed_completion(*args)
-        dp, free = args[5], args[11]
-        for j, k, u, placed in np.ndindex(table.shape):
-            if u * dp > free[k] or j == args[2] - 1:
-                continue
-            want, got = rest(j, k, u, placed), table[j, k, u, placed]
-            where = f"seed {seed}: case {number}, F[{j}, {k}, {u}, {placed}]"
-            assert (got >= INF) == (want == math.inf), where
-            if want < math.inf:
-                assert got == pytest.approx(want, rel=1e-12), where
-            compared += 1
+    compared = sum(_table_against_definition(args, f"seed {seed}: case {number}")
+                   for number, args in enumerate(cases))
     assert compared > 0
+
+
+def _table_against_definition(args, where: str) -> int:
+    """Asserts that the table :func:`solvers.label_kernels.completion` makes from ``args``
+    equals its definition (:func:`_relaxed_completion`) in every entry a plan can reach,
+    to 1e-12 relative; returns how many entries it compared."""
+    from solvers.label_kernels import INF, completion
+
+    table, rest = completion(*args), _relaxed_completion(*args)
+    dp, free = args[5], args[11]
+    compared = 0
+    for j, k, u, placed in np.ndindex(table.shape):
+        if u * dp > free[k] or j == args[2] - 1:
+            continue
+        want, got = rest(j, k, u, placed), table[j, k, u, placed]
+        entry = f"{where}, F[{j}, {k}, {u}, {placed}]"
+        assert (got >= INF) == (want == math.inf), entry
+        if want < math.inf:
+            assert got == pytest.approx(want, rel=1e-12), entry
+        compared += 1
+    return compared
 
 
 def test_wide_layer_windows_give_the_relaxed_completion(seed):
@@ -232,24 +240,14 @@ def test_wide_layer_windows_give_the_relaxed_completion(seed):
     (:func:`solvers.label_kernels._next_stage`), not one layer count at a time: on random
     inputs of up to 40 layers and caps up to all of them, the table equals its definition
     (the sums round differently, within the tolerance of the test above)."""
-    from solvers.label_kernels import DIRECT_WINDOW, INF, completion
+    from solvers.label_kernels import DIRECT_WINDOW
 
     rng = np.random.default_rng(seed + 11)
     compared = wide = 0
     for number in range(12):
         args = _random_table_inputs(rng, layers=(DIRECT_WINDOW + 2, 41), positions=(2, 4))
-        table, rest = completion(*args), _relaxed_completion(*args)
-        dp, free, cap = args[5], args[11], args[9]
-        wide += int((np.minimum(cap[1:], args[1] - 1) > DIRECT_WINDOW).sum())
-        for j, k, u, placed in np.ndindex(table.shape):
-            if u * dp > free[k] or j == args[2] - 1:
-                continue
-            want, got = rest(j, k, u, placed), table[j, k, u, placed]
-            where = f"seed {seed}: case {number}, F[{j}, {k}, {u}, {placed}]"
-            assert (got >= INF) == (want == math.inf), where
-            if want < math.inf:
-                assert got == pytest.approx(want, rel=1e-12), where
-            compared += 1
+        wide += int((np.minimum(args[9][1:], args[1] - 1) > DIRECT_WINDOW).sum())
+        compared += _table_against_definition(args, f"seed {seed}: case {number}")
     assert compared > 0 and wide > 0
 
 
