@@ -154,10 +154,15 @@ class _Run:
             change = self.states.next_change(change)
         return None
 
+    def lost_at(self, plan: Plan, start: float, end: float) -> float | None:
+        """When ``plan`` loses GPUs: ``start`` if it has lost them by then (a change at that
+        very time), else the first change in ``(start, end]`` that takes them, or None."""
+        return start if not self.fits(plan, start) else self.breaks(plan, start, end)
+
     def loses(self, plan: Plan, start: float, end: float) -> bool:
-        """Whether ``plan`` has lost GPUs by ``start`` (a change at that very time) or loses
-        them in ``(start, end]``."""
-        return not self.fits(plan, start) or self.breaks(plan, start, end) is not None
+        """Whether ``plan`` has lost GPUs by ``start`` or loses them in ``(start, end]``
+        (:meth:`lost_at`)."""
+        return self.lost_at(plan, start, end) is not None
 
     @property
     def cutting(self) -> bool:
@@ -521,9 +526,7 @@ class _Run:
         stop = moving + self.costs.switch_s
         if self.loses(new, now, now + stop):
             return now, old, True
-        gone = None
-        if moving > 0:
-            gone = now if not self.fits(old, now) else self.breaks(old, now, now + moving)
+        gone = self.lost_at(old, now, now + moving) if moving > 0 else None
         if gone is not None and gone < self.horizon:
             self.add(now, gone, "stopped")
             self.take(Point(gone, Trigger.CHANGE))
