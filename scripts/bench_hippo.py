@@ -102,6 +102,7 @@ from rl.masks import Budgets
 from rl.scheduler import DEFAULT_CHECKPOINT, Scheduler
 from rl.tasks import BudgetRange, perturb
 from solvers.chain import KERNEL_SECONDS
+from solvers.label_kernels import table_threads
 
 TOPOLOGIES = ("random", "cn-hubs", "aws-10")
 INSTANCE_SEED_BASE = 900_000  # instance seed S is generator seed 900,000 + S
@@ -370,6 +371,7 @@ def _bench(args: argparse.Namespace) -> None:
     for kind, counts in decisions.items():
         print(f"decisions per {kind}: median {int(np.median(counts))}, max {max(counts)}")
     print("where the time goes, as shares of each kind's time:")
+    print(f"  (bound tables: {table_threads()})")
     for kind in breakdown.calls:
         if line := breakdown.summary(kind):
             print(f"  {line}")

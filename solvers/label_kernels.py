@@ -4,7 +4,8 @@ Two kernels, both over the positions of a pipeline counted from its end (0 = the
 which holds the LM head), for one (dp, micro-batch) pair at a fixed period cap ``P``:
 
 * :func:`completion`: a lower bound on what a partial plan still has to pay, by a backward
-  DP over (position, domain, GPUs of the current segment, layers placed);
+  DP over (position, domain, GPUs of the current segment, layers placed), each position's
+  domains shared among numba's threads where they pay (:func:`threads_pay`);
 * :func:`label_dp`: the label-setting DP itself (labels, dominance, the least objective).
 
 A label-setting DP is a sequence of small, data-dependent branches over lists of
@@ -86,7 +87,117 @@ def _next_stage(dst, rest, step, first_time, cap, cap_first, layers, layer_time,
         dst[lo] = min(dst[lo], least - lo * layer_time + base)
 
 
-@nb.njit(cache=True)
+def _completion_kernel(parallel: bool):
+    """:func:`completion`'s loops, compiled serial (``range``) or with each position's
+    domains shared among numba's threads (``nb.prange``: a domain's rows at a position read
+    only the next position's, so the threads write apart and the table is the same bit for
+    bit). One source, two compilations, cached apart (the loop is a closure variable, part
+    of numba's cache key)."""
+    loop = nb.prange if parallel else range
+
+    @nb.njit(cache=True, parallel=parallel)
+    def kernel(period, layers, positions, domains, options, dp, layer_time, first_time, gpus,
+               cap, cap_first, free, delay, occupancy, units):
+        """The tables of :func:`completion`."""
+        f = np.full((positions, domains, units + 1, layers + 1), INF)
+        f[:, :, :, layers] = 0.0
+        most = gpus.max() if options > 0 else 0
+        fresh = np.full((domains, layers + 1), INF)
+        best_rows = np.empty((domains, layers))  # scratch, a row per domain (thread)
+        windows = np.full((domains, 2 * layers + 2), INF)
+        # n layers of option o: n c_o in a new segment, 2 delta_kk + n c_o staying in domain k
+        step_new = np.empty((options, layers + 1))
+        step_stay = np.empty((domains, options, layers + 1))
+        for o in range(options):
+            for n in range(layers + 1):
+                step_new[o, n] = n * layer_time[o]
+                for k in range(domains):
+                    step_stay[k, o, n] = 2.0 * delay[k, k] + n * layer_time[o]
+        # an option with no fewer GPUs, no faster layers, no cheaper embedding and no larger
+        # caps than another at a position adds no smaller value there (the table grows with u)
+        keep = np.ones((positions, options), np.bool_)
+        for p in range(1, positions):
+            for o in range(options):
+                for o2 in range(options):
+                    if o2 != o and gpus[o2] <= gpus[o] and layer_time[o2] <= layer_time[o] \
+                            and first_time[o2] <= first_time[o] and cap[p, o2] >= cap[p, o] \
+                            and cap_first[p, o2] >= cap_first[p, o] \
+                            and (o2 < o or gpus[o2] < gpus[o] or layer_time[o2] < layer_time[o]
+                                 or first_time[o2] < first_time[o] or cap[p, o2] > cap[p, o]
+                                 or cap_first[p, o2] > cap_first[p, o]):
+                        keep[p, o] = False
+                        break
+        for j in range(positions - 2, -1, -1):
+            p = j + 1
+            for kk in loop(domains):
+                row = fresh[kk]
+                window = windows[kk]
+                for lo in range(layers):
+                    row[lo] = INF
+                for o in range(options):
+                    if not keep[p, o] or gpus[o] > free[kk] or gpus[o] // dp > units:
+                        continue
+                    _next_stage(row, f[p, kk, gpus[o] // dp], step_new[o], first_time[o],
+                                cap[p, o], cap_first[p, o], layers, layer_time[o], window)
+            for k in loop(domains):
+                best = best_rows[k]
+                window = windows[k]
+                top = min(free[k] // dp, units)
+                room = min(free[k], units * dp) - (positions - 1 - j) * most
+                low = min(room // dp, top) if room >= 0 else 0
+                for lo in range(layers):
+                    best[lo] = INF
+                for kk in range(domains):  # layers innermost: contiguous rows
+                    if kk != k and occupancy[kk, k] <= period:
+                        hop, row = 2.0 * delay[kk, k], fresh[kk]
+                        for lo in range(layers):
+                            best[lo] = min(best[lo], hop + row[lo])
+                for u in range(low, top + 1):
+                    dst = f[j, k, u]
+                    for lo in range(layers):
+                        dst[lo] = best[lo]
+                    for o in range(options):
+                        if not keep[p, o] or u * dp + gpus[o] > free[k] \
+                                or u + gpus[o] // dp > units:
+                            continue
+                        _next_stage(dst, f[p, k, u + gpus[o] // dp], step_stay[k, o],
+                                    first_time[o], cap[p, o], cap_first[p, o], layers,
+                                    layer_time[o], window)
+                for u in range(low):
+                    f[j, k, u] = f[j, k, low]
+        return f
+
+    return kernel
+
+
+_COMPLETION = {False: _completion_kernel(False), True: _completion_kernel(True)}
+_THREADING_LAYER: list[str] = []  # numba's, once its threads are launched
+
+
+def threads_pay() -> bool:
+    """Whether :func:`completion` shares a table's domains among threads: this thread may
+    use more than one (``numba.set_num_threads``; a worker of a local pool gets its share of
+    the cores, :mod:`solvers.parallel`), and numba's threading layer starts a loop in
+    microseconds (OpenMP or TBB; its own ``workqueue``, the fallback where neither is
+    installed, made a K = 20 front's tables twice as slow as the serial loops, even with
+    one thread)."""
+    if nb.get_num_threads() <= 1:
+        return False
+    if not _THREADING_LAYER:
+        nb.set_num_threads(nb.get_num_threads())  # launches the threads, picks the layer
+        _THREADING_LAYER.append(nb.threading_layer())
+    return _THREADING_LAYER[0] != "workqueue"
+
+
+def table_threads() -> str:
+    """How this thread's :func:`completion` runs, for a benchmark's report."""
+    if threads_pay():
+        return f"{nb.get_num_threads()} threads (numba's {_THREADING_LAYER[0]} layer)"
+    if nb.get_num_threads() <= 1:
+        return "serial (one thread)"
+    return f"serial (numba's {_THREADING_LAYER[0]} layer does not pay)"
+
+
 def completion(period, layers, positions, domains, options, dp, layer_time, first_time, gpus,
                cap, cap_first, free, delay, occupancy, units):
     """``F[j, k, u, l]``: the least ``sum c + 2 sum delta`` still to come after a stage at
@@ -100,71 +211,16 @@ def completion(period, layers, positions, domains, options, dp, layer_time, firs
     whose domain keeps room for every stage still to come (``u * dp`` plus the most GPUs of
     the stages after j within its free GPUs and ``units * dp``) meets no GPU check, so its
     row is that of ``u = 0``: it is copied, not computed (a domain with twice the GPUs any
-    plan holds has only such rows)."""
-    f = np.full((positions, domains, units + 1, layers + 1), INF)
-    f[:, :, :, layers] = 0.0
-    most = gpus.max() if options > 0 else 0
-    fresh = np.full((domains, layers + 1), INF)
-    best = np.empty(layers)
-    window = np.full(2 * layers + 2, INF)
-    # n layers of option o: n c_o in a new segment, 2 delta_kk + n c_o staying in domain k
-    step_new = np.empty((options, layers + 1))
-    step_stay = np.empty((domains, options, layers + 1))
-    for o in range(options):
-        for n in range(layers + 1):
-            step_new[o, n] = n * layer_time[o]
-            for k in range(domains):
-                step_stay[k, o, n] = 2.0 * delay[k, k] + n * layer_time[o]
-    # an option with no fewer GPUs, no faster layers, no cheaper embedding and no larger
-    # caps than another at a position adds no smaller value there (the table grows with u)
-    keep = np.ones((positions, options), np.bool_)
-    for p in range(1, positions):
-        for o in range(options):
-            for o2 in range(options):
-                if o2 != o and gpus[o2] <= gpus[o] and layer_time[o2] <= layer_time[o] \
-                        and first_time[o2] <= first_time[o] and cap[p, o2] >= cap[p, o] \
-                        and cap_first[p, o2] >= cap_first[p, o] \
-                        and (o2 < o or gpus[o2] < gpus[o] or layer_time[o2] < layer_time[o]
-                             or first_time[o2] < first_time[o] or cap[p, o2] > cap[p, o]
-                             or cap_first[p, o2] > cap_first[p, o]):
-                    keep[p, o] = False
-                    break
-    for j in range(positions - 2, -1, -1):
-        p = j + 1
-        for kk in range(domains):
-            row = fresh[kk]
-            for lo in range(layers):
-                row[lo] = INF
-            for o in range(options):
-                if not keep[p, o] or gpus[o] > free[kk] or gpus[o] // dp > units:
-                    continue
-                _next_stage(row, f[p, kk, gpus[o] // dp], step_new[o], first_time[o],
-                            cap[p, o], cap_first[p, o], layers, layer_time[o], window)
-        for k in range(domains):
-            top = min(free[k] // dp, units)
-            room = min(free[k], units * dp) - (positions - 1 - j) * most
-            low = min(room // dp, top) if room >= 0 else 0
-            for lo in range(layers):
-                best[lo] = INF
-            for kk in range(domains):  # layers innermost: contiguous rows
-                if kk != k and occupancy[kk, k] <= period:
-                    hop, row = 2.0 * delay[kk, k], fresh[kk]
-                    for lo in range(layers):
-                        best[lo] = min(best[lo], hop + row[lo])
-            for u in range(low, top + 1):
-                dst = f[j, k, u]
-                for lo in range(layers):
-                    dst[lo] = best[lo]
-                for o in range(options):
-                    if not keep[p, o] or u * dp + gpus[o] > free[k] \
-                            or u + gpus[o] // dp > units:
-                        continue
-                    _next_stage(dst, f[p, k, u + gpus[o] // dp], step_stay[k, o],
-                                first_time[o], cap[p, o], cap_first[p, o], layers,
-                                layer_time[o], window)
-            for u in range(low):
-                f[j, k, u] = f[j, k, low]
-    return f
+    plan holds has only such rows). Each position's domains are shared among threads where
+    they pay (:func:`threads_pay`; the same table either way)."""
+    return completion_kernel()(period, layers, positions, domains, options, dp, layer_time,
+                               first_time, gpus, cap, cap_first, free, delay, occupancy,
+                               units)
+
+
+def completion_kernel():
+    """The compiled loops :func:`completion` runs in this thread (:func:`threads_pay`)."""
+    return _COMPLETION[threads_pay()]
 
 
 @nb.njit(cache=True)

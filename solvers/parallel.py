@@ -10,17 +10,31 @@ anything ``distributed.Client`` takes (``tcp://host:8786``); its workers need th
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
+import numba
 
-def _leave_interrupts_to_the_parent() -> None:
+
+def _start_worker(threads: int) -> None:
     """A worker ignores Ctrl-C (the terminal sends it to the whole process group): the
-    parent stops the pool, so the worker prints nothing of its own."""
+    parent stops the pool, so the worker prints nothing of its own. Its compiled kernels
+    use its share of the cores (``threads``; :func:`solvers.label_kernels.threads_pay`),
+    so that the pool's workers do not take each other's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+
+def _one_thread(function: Callable[[Any], Any], task: Any) -> Any:
+    """``function(task)`` with one thread for the compiled kernels: a Dask worker runs a
+    task on each of its threads, one a core as a rule (numba's setting is per thread)."""
+    numba.set_num_threads(1)
+    return function(task)
 
 
 @contextlib.contextmanager
@@ -30,8 +44,9 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     error, Ctrl-C or SIGTERM in the parent, the queued tasks are cancelled and the workers
     stopped at once, instead of the pool finishing every queued task before the error
     surfaces."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(
-        "spawn"), initializer=_leave_interrupts_to_the_parent)
+        "spawn"), initializer=_start_worker, initargs=(max(1, (cores or 1) // workers),))
     try:
         yield pool
     except BaseException:
@@ -79,7 +94,8 @@ def _on_dask(function: Callable[[Any], Any], tasks: Sequence[Any], scheduler: st
         raise ConnectionError(f"--scheduler: cannot reach a Dask scheduler at {scheduler!r} "
                               f"({' '.join(str(err).split())})") from None
     with client:
-        futures = client.map(function, list(tasks), pure=False)
+        futures = client.map(functools.partial(_one_thread, function), list(tasks),
+                             pure=False)
         position = {future.key: i for i, future in enumerate(futures)}
         for future in dask_completed(futures):
             i = position[future.key]

@@ -41,7 +41,7 @@ def kernels_compiled_by(statement: str) -> tuple[list[bool], list[bool]]:
     code, before and after ``statement`` (what warms a process up before its first timed
     decision)."""
     code = ("import solvers.label_kernels as k\n"
-            "kernels = (k.label_dp, k.probe, k.completion, k.least_gpus)\n"
+            "kernels = (k.label_dp, k.probe, k.completion_kernel(), k.least_gpus)\n"
             "before = [bool(f.signatures) for f in kernels]\n"
             f"{statement}\n"
             "print([int(b) for b in before], [int(bool(f.signatures)) for f in kernels])\n")

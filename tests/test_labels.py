@@ -504,3 +504,20 @@ def test_a_chain_reuses_a_bound_table_only_within_its_reuse_factor_and_units():
     assert table(between * 1.001) is not again  # a table never serves a period above it
     bigger = table(between * 1.001, chain.units + 1)  # for more units than it was made for
     assert bigger.shape[2] == chain.units + 2
+
+
+def test_the_threaded_tables_are_the_serial_ones_bit_for_bit(seed):
+    """Each position's domains shared among threads (``nb.prange``, where
+    :func:`solvers.label_kernels.threads_pay`) write apart and read only the next
+    position's rows: the table is the serial loops' bit for bit, on audit instances under
+    random loads and on random inputs with windows above ``DIRECT_WINDOW``."""
+    from solvers.label_kernels import _COMPLETION, DIRECT_WINDOW
+
+    rng = np.random.default_rng(seed + 13)
+    cases = [case for _ in range(COUNT) for case in _instance_table_inputs(rng)]
+    cases += [_random_table_inputs(rng) for _ in range(50)]
+    cases += [_random_table_inputs(rng, layers=(DIRECT_WINDOW + 2, 31), positions=(2, 5))
+              for _ in range(12)]
+    for number, args in enumerate(cases):
+        serial, threaded = _COMPLETION[False](*args), _COMPLETION[True](*args)
+        assert np.array_equal(serial, threaded), f"seed {seed}: case {number}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from evaluation.runner import run_units
 from evaluation.units import EvaluationSettings, WorkUnit, without_times
 from formulation.schema import read_json
 from instances.suites import PREFERENCES
+from solvers.parallel import map_tasks
 
 SETTINGS = EvaluationSettings(
     preferences=PREFERENCES, repeats=1,
@@ -59,3 +61,23 @@ def test_dask_local_cluster_gives_the_same_numbers(in_process: list[dict], tiny_
 def test_unreachable_scheduler_is_a_clear_error(tiny_suite: Path):
     with pytest.raises(ConnectionError, match="cannot reach a Dask scheduler"):
         run_units(_units(tiny_suite)[:1], scheduler="tcp://127.0.0.1:9", connect_timeout_s=1)
+
+
+def _kernel_threads(_task: int) -> int:
+    """The threads this task's compiled kernels may use."""
+    import numba
+
+    return numba.get_num_threads()
+
+
+def test_a_worker_shares_the_cores_with_the_others_for_its_kernels():
+    """A local pool's worker gets its share of the cores for the bound tables' threads
+    (:func:`solvers.label_kernels.threads_pay`), a Dask task one: the workers do not take
+    each other's cores."""
+    distributed = pytest.importorskip("distributed")
+    cores = len(os.sched_getaffinity(0))
+    assert map_tasks(_kernel_threads, [0, 1], workers=2) == [max(1, cores // 2)] * 2
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert map_tasks(_kernel_threads, [0, 1], scheduler=cluster.scheduler_address) \
+            == [1, 1]
