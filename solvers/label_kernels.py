@@ -91,8 +91,8 @@ def _completion_kernel(parallel: bool):
     """:func:`completion`'s loops, compiled serial (``range``) or with each position's
     domains shared among numba's threads (``nb.prange``: a domain's rows at a position read
     only the next position's, so the threads write apart and the table is the same bit for
-    bit). One source, two compilations, cached apart (the loop is a closure variable, part
-    of numba's cache key)."""
+    bit; numba spreads the table's first fill too). One source, two compilations, cached
+    apart (the loop is a closure variable, part of numba's cache key)."""
     loop = nb.prange if parallel else range
 
     @nb.njit(cache=True, parallel=parallel)
@@ -103,7 +103,7 @@ def _completion_kernel(parallel: bool):
         f[:, :, :, layers] = 0.0
         most = gpus.max() if options > 0 else 0
         fresh = np.full((domains, layers + 1), INF)
-        best_rows = np.empty((domains, layers))  # scratch, a row per domain (thread)
+        best_rows = np.empty((domains, layers))  # scratch, a row per domain
         windows = np.full((domains, 2 * layers + 2), INF)
         # n layers of option o: n c_o in a new segment, 2 delta_kk + n c_o staying in domain k
         step_new = np.empty((options, layers + 1))
@@ -174,6 +174,19 @@ _COMPLETION = {False: _completion_kernel(False), True: _completion_kernel(True)}
 _THREADING_LAYER: list[str] = []  # numba's, once its threads are launched
 
 
+def _threading_layer() -> str:
+    """numba's threading layer, or ``"none"`` where none loads (``NUMBA_THREADING_LAYER``
+    names one not installed: the serial loops need none)."""
+    if not _THREADING_LAYER:
+        try:
+            nb.get_num_threads()  # launches numba's threads, which picks the layer
+            layer = nb.threading_layer()
+        except ValueError:
+            layer = "none"
+        _THREADING_LAYER.append(layer)
+    return _THREADING_LAYER[0]
+
+
 def threads_pay() -> bool:
     """Whether :func:`completion` shares a table's domains among threads: this thread may
     use more than one (``numba.set_num_threads``; a worker of a local pool gets its share of
@@ -181,21 +194,19 @@ def threads_pay() -> bool:
     microseconds (OpenMP or TBB; its own ``workqueue``, the fallback where neither is
     installed, made a K = 20 front's tables twice as slow as the serial loops, even with
     one thread)."""
-    if nb.get_num_threads() <= 1:
-        return False
-    if not _THREADING_LAYER:
-        nb.set_num_threads(nb.get_num_threads())  # launches the threads, picks the layer
-        _THREADING_LAYER.append(nb.threading_layer())
-    return _THREADING_LAYER[0] != "workqueue"
+    return _threading_layer() not in ("workqueue", "none") and nb.get_num_threads() > 1
 
 
 def table_threads() -> str:
     """How this thread's :func:`completion` runs, for a benchmark's report."""
+    layer = _threading_layer()
     if threads_pay():
-        return f"{nb.get_num_threads()} threads (numba's {_THREADING_LAYER[0]} layer)"
+        return f"{nb.get_num_threads()} threads (numba's {layer} layer)"
+    if layer == "none":
+        return "serial (no numba threading layer loads)"
     if nb.get_num_threads() <= 1:
         return "serial (one thread)"
-    return f"serial (numba's {_THREADING_LAYER[0]} layer does not pay)"
+    return f"serial (numba's {layer} layer does not pay)"
 
 
 def completion(period, layers, positions, domains, options, dp, layer_time, first_time, gpus,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
-import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -27,13 +26,15 @@ def _start_worker(threads: int) -> None:
     use its share of the cores (``threads``; :func:`solvers.label_kernels.threads_pay`),
     so that the pool's workers do not take each other's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    with contextlib.suppress(ValueError):  # no threading layer loads: the tables are serial
+        numba.set_num_threads(threads)
 
 
 def _one_thread(function: Callable[[Any], Any], task: Any) -> Any:
     """``function(task)`` with one thread for the compiled kernels: a Dask worker runs a
     task on each of its threads, one a core as a rule (numba's setting is per thread)."""
-    numba.set_num_threads(1)
+    with contextlib.suppress(ValueError):  # no threading layer loads: the tables are serial
+        numba.set_num_threads(1)
     return function(task)
 
 
@@ -44,9 +45,10 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     error, Ctrl-C or SIGTERM in the parent, the queued tasks are cancelled and the workers
     stopped at once, instead of the pool finishing every queued task before the error
     surfaces."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # numba's thread count follows NUMBA_NUM_THREADS, else the cores this process may use
+    threads = max(1, numba.config.NUMBA_NUM_THREADS // workers)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(
-        "spawn"), initializer=_start_worker, initargs=(max(1, (cores or 1) // workers),))
+        "spawn"), initializer=_start_worker, initargs=(threads,))
     try:
         yield pool
     except BaseException:

@@ -521,3 +521,46 @@ def test_the_threaded_tables_are_the_serial_ones_bit_for_bit(seed):
     for number, args in enumerate(cases):
         serial, threaded = _COMPLETION[False](*args), _COMPLETION[True](*args)
         assert np.array_equal(serial, threaded), f"seed {seed}: case {number}"
+
+
+@pytest.mark.parametrize(("environment", "threaded"), [
+    ({"NUMBA_NUM_THREADS": "1"}, False),  # one thread: serial
+    ({"NUMBA_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": "workqueue"}, False),
+    ({"NUMBA_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": "omp"}, True),
+    # where TBB is not installed, no layer loads: serial, not an error
+    ({"NUMBA_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": "tbb"}, None),
+])
+def test_the_tables_take_threads_only_where_they_pay(environment: dict, threaded: bool | None):
+    """In a fresh process: threads for the tables where there are two and numba's layer
+    is OpenMP, none with one thread or under numba's own ``workqueue`` layer (slower than
+    the serial loops there) or where the layer asked for does not load, and the same table
+    in every case (its digest)."""
+    import hashlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from solvers.label_kernels import _COMPLETION
+
+    here = Path(__file__).parent
+    code = ("import hashlib, sys\n"
+            f"sys.path.insert(0, {str(here)!r})\n"
+            "import numpy as np\n"
+            "import solvers.label_kernels as k\n"
+            "from test_labels import _random_table_inputs\n"
+            "args = _random_table_inputs(np.random.default_rng(5), layers=(12, 20))\n"
+            "table = k.completion(*args)\n"
+            "print(k.threads_pay(), hashlib.sha256(table.tobytes()).hexdigest(), "
+            "k.table_threads())\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=here.parent, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **environment})
+    assert done.returncode == 0, done.stderr
+    pays, digest, how = done.stdout.strip().splitlines()[-1].split(maxsplit=2)
+    if threaded and how == "serial (no numba threading layer loads)":
+        pytest.skip("numba's OpenMP layer is not installed here")
+    if threaded is None:
+        assert pays == "True" or how == "serial (no numba threading layer loads)", how
+    else:
+        assert pays == str(threaded), how
+    serial = _COMPLETION[False](*_random_table_inputs(np.random.default_rng(5), layers=(12, 20)))
+    assert digest == hashlib.sha256(serial.tobytes()).hexdigest()

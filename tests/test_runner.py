@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -75,8 +74,10 @@ def test_a_worker_shares_the_cores_with_the_others_for_its_kernels():
     (:func:`solvers.label_kernels.threads_pay`), a Dask task one: the workers do not take
     each other's cores."""
     distributed = pytest.importorskip("distributed")
-    cores = len(os.sched_getaffinity(0))
-    assert map_tasks(_kernel_threads, [0, 1], workers=2) == [max(1, cores // 2)] * 2
+    import numba
+
+    share = max(1, numba.config.NUMBA_NUM_THREADS // 2)  # the cores, or NUMBA_NUM_THREADS
+    assert map_tasks(_kernel_threads, [0, 1], workers=2) == [share] * 2
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
                                   dashboard_address=None) as cluster:
         assert map_tasks(_kernel_threads, [0, 1], scheduler=cluster.scheduler_address) \
