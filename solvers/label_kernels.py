@@ -191,9 +191,9 @@ def threads_pay() -> bool:
     """Whether :func:`completion` shares a table's domains among threads: this thread may
     use more than one (``numba.set_num_threads``; a worker of a local pool gets its share of
     the cores, :mod:`solvers.parallel`), and numba's threading layer starts a loop in
-    microseconds (OpenMP or TBB; its own ``workqueue``, the fallback where neither is
-    installed, made a K = 20 front's tables twice as slow as the serial loops, even with
-    one thread)."""
+    microseconds (OpenMP or TBB; under its own ``workqueue``, the fallback where neither
+    is installed, 200 tables of a K = 20 70B front took twice the serial loops' time, even
+    with one thread)."""
     return _threading_layer() not in ("workqueue", "none") and nb.get_num_threads() > 1
 
 
