@@ -16,6 +16,7 @@ code is kept beside this file).
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numba as nb
@@ -171,20 +172,17 @@ def _completion_kernel(parallel: bool):
 
 
 _COMPLETION = {False: _completion_kernel(False), True: _completion_kernel(True)}
-_THREADING_LAYER: list[str] = []  # numba's, once its threads are launched
 
 
+@functools.cache  # numba picks its layer once per process
 def _threading_layer() -> str:
     """numba's threading layer, or ``"none"`` where none loads (``NUMBA_THREADING_LAYER``
     names one not installed: the serial loops need none)."""
-    if not _THREADING_LAYER:
-        try:
-            nb.get_num_threads()  # launches numba's threads, which picks the layer
-            layer = nb.threading_layer()
-        except ValueError:
-            layer = "none"
-        _THREADING_LAYER.append(layer)
-    return _THREADING_LAYER[0]
+    try:
+        nb.get_num_threads()  # launches numba's threads, which picks the layer
+        return nb.threading_layer()
+    except ValueError:
+        return "none"
 
 
 def threads_pay() -> bool:

@@ -26,16 +26,20 @@ def _start_worker(threads: int) -> None:
     use its share of the cores (``threads``; :func:`solvers.label_kernels.threads_pay`),
     so that the pool's workers do not take each other's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(ValueError):  # no threading layer loads: the tables are serial
-        numba.set_num_threads(threads)
+    _kernel_threads(threads)
 
 
 def _one_thread(function: Callable[[Any], Any], task: Any) -> Any:
     """``function(task)`` with one thread for the compiled kernels: a Dask worker runs a
     task on each of its threads, one a core as a rule (numba's setting is per thread)."""
-    with contextlib.suppress(ValueError):  # no threading layer loads: the tables are serial
-        numba.set_num_threads(1)
+    _kernel_threads(1)
     return function(task)
+
+
+def _kernel_threads(count: int) -> None:
+    """This thread's compiled kernels use at most ``count`` threads."""
+    with contextlib.suppress(ValueError):  # no threading layer loads: the tables are serial
+        numba.set_num_threads(count)
 
 
 @contextlib.contextmanager
