@@ -4,7 +4,8 @@ and a checkpoint's pause and its write to (or read from) the store. Every byte i
 model's persistent state (``PERSISTENT_BYTES_PER_PARAM`` per parameter: the weights and the
 optimizer's states, the gradients aside), but a checkpoint taken inside a step and a switch
 that cuts a step, which keep the gradients accumulated so far too
-(``MID_STEP_BYTES_PER_PARAM``)."""
+(``MID_STEP_BYTES_PER_PARAM``), and a later checkpoint inside the same step, which copies
+those gradients alone (``GRADIENT_BYTES_PER_PARAM``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from formulation.plan import Plan
 # gradients accumulated over the step's micro-batches done (what the rest of the step adds
 # to; the run counts the rest as a new step's work at the same rate)
 MID_STEP_BYTES_PER_PARAM = PERSISTENT_BYTES_PER_PARAM + BYTES_PER_VALUE
+# a later checkpoint inside the same step: the weights and the optimizer's states change only
+# at the step's end, so the copy taken earlier in the step still holds them and only the
+# gradients accumulated since are new (an incremental checkpoint, as Check-N-Run's)
+GRADIENT_BYTES_PER_PARAM = BYTES_PER_VALUE
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,10 @@ def stage_state_bytes(instance: Instance, plan: Plan,
                      * per_param for j, stage in enumerate(plan.stages)])
 
 
-def checkpoint_pause(instance: Instance, plan: Plan, costs: RunCosts,
+def host_copy_time(instance: Instance, plan: Plan, costs: RunCosts,
                      per_param: float = PERSISTENT_BYTES_PER_PARAM) -> float:
-    """A checkpoint's pause: the largest per-GPU shard copied to host memory."""
+    """Copying a checkpoint to host memory: the largest per-GPU shard, every GPU copying
+    its own at once (``host_copy_gbps``)."""
     shards = stage_state_bytes(instance, plan, per_param) / np.array([s.tp for s in plan.stages])
     return float(shards.max()) / (costs.host_copy_gbps * GBIT)
 

@@ -47,9 +47,17 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   interruption then rolls back at most the steps since the last such boundary. Where the
   step in progress ends too late for that, the job checkpoints inside it
   (:meth:`_Run.save_point`): at the last micro-batch boundary from which it can, the
-  pipeline drains, the gradients accumulated so far (reduced over the replicas, bf16) join
-  the state (``MID_STEP_BYTES_PER_PARAM``), and the checkpoint holds the micro-batches done;
-  the step goes on meanwhile, and the interruption rolls back to that point only. A notice
+  gradients accumulated so far (reduced over the replicas, bf16) join the state
+  (``MID_STEP_BYTES_PER_PARAM``), and the checkpoint holds the micro-batches done; the step
+  goes on after the pause, and the interruption rolls back to that point only. The
+  pipeline is not drained for it: each stage copies its share when its own backward pass
+  of that micro-batch ends (a consistent cut, as a Chandy-Lamport snapshot takes one), so
+  training stops for the copy alone, and the checkpoint is whole a micro-batch slot per
+  stage after the first later, when the first stage's copy is. The weights and the
+  optimizer's states change only at a step's end, so a checkpoint inside a step whose
+  state a checkpoint has copied already (after the step before, or earlier inside it)
+  copies and writes the gradients alone (``GRADIENT_BYTES_PER_PARAM``, an incremental
+  checkpoint), durable once that copy is too. A notice
   tells the announced load; a failure in between is not announced
   (:meth:`~formulation.scenario.StateSeries.announced`).
 
@@ -73,6 +81,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -82,10 +91,11 @@ from formulation.plan import Plan
 from formulation.reference import StepTimes
 from formulation.run_costs import (
     DEFAULT_COSTS,
+    GRADIENT_BYTES_PER_PARAM,
     MID_STEP_BYTES_PER_PARAM,
     RUN_COST_RANGES,
     RunCosts,
-    checkpoint_pause,
+    host_copy_time,
     migration_bytes,
     migration_time,
     storage_time,
@@ -132,6 +142,11 @@ class _Run:
         self.durable: list[tuple[float, float, float, float]] = [
             (0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM)]
         self.last_checkpoint = 0.0
+        # when the copy of the state the step in progress started from (the weights and the
+        # optimizer's, which change only at its end) is durable: taken after the step
+        # before it or inside it; None where there is none (a later checkpoint inside the
+        # step then copies that state too, else its gradients alone)
+        self.step_copy_s: float | None = None
         self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
         self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
@@ -165,6 +180,13 @@ class _Run:
         return self.lost_at(plan, start, end) is not None
 
     @property
+    def next_checkpoint_s(self) -> float:
+        """When the policy's next periodic checkpoint is due: its interval after the last
+        one, and not before the last is durable (the store writes one at a time)."""
+        return max(self.last_checkpoint + self.policy.checkpoint_interval_s,
+                   self.durable[-1][0])
+
+    @property
     def cutting(self) -> bool:
         """Whether a switch that must cut its step (one due by an announced change) is
         pending: it moves the state, so no checkpoint is taken meanwhile."""
@@ -177,7 +199,7 @@ class _Run:
         switch decided on a notice (one cut to be done by its change) is under way."""
         if self.cutting:
             return False
-        durable = now + checkpoint_pause(self.instance, plan, self.costs) \
+        durable = now + host_copy_time(self.instance, plan, self.costs) \
             + storage_time(self.instance, plan, self.costs)
         return any(durable <= effective and not self.announced_fits(plan, now, effective)
                    for effective in self.changes_ahead(now))
@@ -209,11 +231,11 @@ class _Run:
         delivered announces a change that takes the plan's GPUs (by what is known at
         ``looked``), no switch decided on a notice is under way, and a checkpoint after
         the step would not be durable before the change. It is taken at the last
-        micro-batch boundary, not before the notice nor ``looked``, from which the drain
-        (a micro-batch slot per stage after the first; the gradients' reduction over the
-        replicas, within their domain, is left out), the copy to host memory and the
-        store's write end by the change. None where there is none, or one was taken for
-        that change.
+        micro-batch boundary, not before the notice nor ``looked``, from which the cut's
+        end at the first stage (a micro-batch slot per stage after the first; the
+        gradients' reduction over the replicas, within their domain, is left out), the
+        copy to host memory and the store's write end by the change. None where there is
+        none, or one was taken for that change.
 
         Also the policy's periodic checkpoint, where a step is longer than its interval
         (no step boundary could hold it): at the first micro-batch boundary, not before
@@ -231,9 +253,20 @@ class _Run:
         if not changes and not periodic:  # (the costs below are not free)
             return None
         instance, costs = self.instance, self.costs
-        pause = self.drain(plan, step[2]) \
-            + checkpoint_pause(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
-        durable = pause + storage_time(instance, plan, costs, MID_STEP_BYTES_PER_PARAM)
+        # training stops while the gradients are copied (the backward passes to come add to
+        # them); the weights and the optimizer's, which hold still until the step's end, are
+        # copied meanwhile where no copy has them yet
+        pause = host_copy_time(instance, plan, costs, GRADIENT_BYTES_PER_PARAM)
+        per_param = MID_STEP_BYTES_PER_PARAM if self.step_copy_s is None \
+            else GRADIENT_BYTES_PER_PARAM
+        # each stage copies its share at its own end of the micro-batch (a consistent cut:
+        # no drain); the first stage ends last, a slot per stage after it, then the writes
+        lag = self.drain(plan, step[2]) + host_copy_time(instance, plan, costs, per_param) \
+            + storage_time(instance, plan, costs, per_param)
+
+        def durable(at: float) -> float:
+            return max(at + lag, self.step_copy_s or 0.0)
+
         points = [self._announced_save(now, end, kept, plan, looked, step, changes, pause,
                                        durable) if changes else None,
                   self._periodic_save(now, kept, plan, looked, step, pause, durable)
@@ -242,39 +275,41 @@ class _Run:
                    key=lambda point: point.time_s, default=None)
 
     def _periodic_save(self, now: float, kept: float, plan: Plan, looked: float,
-                       step: tuple[int, int, float], pause: float, durable: float
-                       ) -> SavePoint | None:
+                       step: tuple[int, int, float], pause: float,
+                       durable: Callable[[float], float]) -> SavePoint | None:
         """The periodic checkpoint inside a step longer than the interval
-        (:meth:`save_point`; ``step``: its :meth:`slots`)."""
+        (:meth:`save_point`; ``step``: its :meth:`slots`; ``durable``: when one taken at a
+        time is durable)."""
         micro_batches, left, slot = step
-        interval = self.policy.checkpoint_interval_s
-        done = max(1, math.ceil((max(self.last_checkpoint + interval, looked) - now) / slot
+        done = max(1, math.ceil((max(self.next_checkpoint_s, looked) - now) / slot
                                 - 1e-9))
         at = now + done * slot
         if done > left - 1 or self.loses(plan, at, at + pause):  # no pause that breaks
             return None
-        return SavePoint(at, None, kept + done / micro_batches, pause, at + durable)
+        return SavePoint(at, None, kept + done / micro_batches, pause, durable(at))
 
     def _announced_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
                         step: tuple[int, int, float], changes: list[float], pause: float,
-                        durable: float) -> SavePoint | None:
+                        durable: Callable[[float], float]) -> SavePoint | None:
         """The checkpoint inside the step before the first of the announced ``changes``
         that takes the plan's GPUs and leaves it time (:meth:`save_point`; ``step``: its
-        :meth:`slots`)."""
+        :meth:`slots`; ``durable``: when one taken at a time is durable)."""
         micro_batches, left, slot = step
         instance, costs = self.instance, self.costs
-        after_step = end + checkpoint_pause(instance, plan, costs) \
+        after_step = end + host_copy_time(instance, plan, costs) \
             + storage_time(instance, plan, costs)
         for effective in changes:
             if effective >= after_step:
                 continue
-            done = min(left - 1, math.floor((effective - durable - now) / slot))
-            if now + done * slot + durable > effective:  # rounding: durable by the change
+            lag = durable(now) - now  # (where the state's copy is durable by then)
+            done = min(left - 1, math.floor((effective - lag - now) / slot))
+            if durable(now + done * slot) > effective:  # rounding: durable by the change
                 done -= 1
             at = now + done * slot
-            if done >= 1 and at >= looked:  # (a notice is delivered by the time looked)
+            if done >= 1 and at >= looked and durable(at) <= effective:
+                # (a notice is delivered by the time looked)
                 return SavePoint(at, effective, kept + done / micro_batches, pause,
-                                 at + durable)
+                                 durable(at))
         return None
 
     def save(self, now: float, end: float, kept: float, plan: Plan, point: SavePoint
@@ -291,7 +326,10 @@ class _Run:
         if self.loses(plan, at, at + point.pause_s):
             return at
         self.add(at, at + point.pause_s, "checkpoint", plan)
+        # a restart reads the state and the gradients, whichever this copy held
         self.durable.append((point.durable_s, self.tokens, at, MID_STEP_BYTES_PER_PARAM))
+        if self.step_copy_s is None:
+            self.step_copy_s = point.durable_s
         self.last_checkpoint = at
         self.stood_still(at + point.pause_s)
         return at + point.pause_s
@@ -385,6 +423,8 @@ class _Run:
         it was when the interruption came, the step then in progress included (at the
         segment's own rate)."""
         self.add(start, end, kind, plan, tokens)
+        if kind == "step":  # the optimizer's step: the state copied before is not this one
+            self.step_copy_s = None
         before, self.tokens = self.tokens, self.tokens + tokens
         for interruption in self.record.interruptions:
             target = interruption["tokens_before"] + interruption["tokens_in_progress"]
@@ -397,12 +437,16 @@ class _Run:
         """A checkpoint after the step that ended at ``now`` (none if the plan loses GPUs
         during its pause: the next step sees that); returns when training goes on (the
         write to the store goes on in the background)."""
-        pause = checkpoint_pause(self.instance, plan, self.costs)
+        copy = host_copy_time(self.instance, plan, self.costs)
+        # the state holds still until the next step's optimizer update, so its copy goes on
+        # while that step runs and stalls training only where it is the longer
+        pause = max(0.0, copy - self.step_times.at(plan, now))
         if self.loses(plan, now, now + pause):
             return now
         self.add(now, now + pause, "checkpoint", plan)
-        durable_from = now + pause + storage_time(self.instance, plan, self.costs)
+        durable_from = now + copy + storage_time(self.instance, plan, self.costs)
         self.durable.append((durable_from, self.tokens, now, PERSISTENT_BYTES_PER_PARAM))
+        self.step_copy_s = durable_from  # the state the next step starts from
         self.last_checkpoint = now
         self.stood_still(now + pause)
         return now + pause
@@ -422,6 +466,7 @@ class _Run:
                 segment.rolled_back = True
         self.tokens = tokens
         self.pending = None
+        self.step_copy_s = None  # (a restart starts a step: it copies the state anew)
         self.record.interruptions.append({
             "time_s": at, "cause": self.causes.get(at, "load"), "tokens_before": before,
             "tokens_lost": before - tokens, "tokens_in_progress": in_progress,
@@ -526,6 +571,7 @@ class _Run:
         stop = moving + self.costs.switch_s
         if self.loses(new, now, now + stop):
             return now, old, True
+        self.step_copy_s = None  # (the new plan's first checkpoint copies the state anew)
         gone = self.lost_at(old, now, now + moving) if moving > 0 else None
         if gone is not None and gone < self.horizon:
             self.add(now, gone, "stopped")
@@ -649,7 +695,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
         run.progress(now, end, "step", plan, run.record.tokens_per_step * (1.0 - kept))
         now = end
         if not policy.oracle and not run.cutting and (
-                now - run.last_checkpoint >= policy.checkpoint_interval_s
+                now >= run.next_checkpoint_s
                 or run.announced_loss(now, plan)):
             now = run.checkpoint(now, plan)
         if run.pending is not None and run.pending["ready_s"] <= now:

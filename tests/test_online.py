@@ -22,9 +22,10 @@ from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
 from formulation.run_costs import (
+    GRADIENT_BYTES_PER_PARAM,
     MID_STEP_BYTES_PER_PARAM,
     RunCosts,
-    checkpoint_pause,
+    host_copy_time,
     migration_bytes,
     migration_time,
     storage_time,
@@ -211,20 +212,48 @@ class Spy(Scripted):
         return super().observe(now, state, plan, trigger, deadline_s)
 
 
-def test_a_timer_during_a_checkpoint_pause_is_shown_when_training_goes_on(hand_instance):
-    """A host copy slow enough that the checkpoint after the first step pauses training
-    for seconds, and a policy timer inside that pause: the policy is asked at the pause's
-    end (before, the timer was skipped)."""
-    costs = dataclasses.replace(FAST, host_copy_gbps=10.0)
+def test_a_timer_during_a_checkpoints_pause_is_shown_when_training_goes_on(hand_instance):
+    """A host copy slower than a step: the state holds still until the next step's
+    optimizer update, so the copy after the first step runs alongside the second and
+    stalls training for what it takes longer (10 s here); a policy timer inside that pause
+    is asked at the pause's end (before, the timer was skipped)."""
     step = simulated_step_time(hand_instance, PLAN_A)
-    pause = checkpoint_pause(hand_instance, PLAN_A, costs)
-    assert pause > 2.0
+    slow = host_copy_time(hand_instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
+    costs = dataclasses.replace(FAST, host_copy_gbps=slow / (step + 10.0))
+    pause = host_copy_time(hand_instance, PLAN_A, costs) - step
+    assert pause == pytest.approx(10.0)
     policy = Spy(PLAN_A, checkpoint_interval_s=step, timer_s=step + pause / 2)
-    record = simulate_run(hand_instance, Scenario.of(3 * step, []), policy, costs)
+    record = simulate_run(hand_instance, Scenario.of(3 * step + pause, []), policy, costs)
     (first, *_), = [[s for s in record.segments if s.kind == "checkpoint"]]
     assert (first.start_s, first.end_s) == pytest.approx((step, step + pause))
     assert [(now, trigger) for now, trigger in policy.asked
             if trigger is Trigger.TIMER] == [(pytest.approx(step + pause), Trigger.TIMER)]
+
+
+def test_a_checkpoint_copied_while_the_next_step_runs_is_durable_after_the_copy(
+        hand_instance):
+    """A host copy of half a step: training does not stop for it (the state holds still
+    until the next step's update), but the checkpoint is durable only once copied and
+    written, so a failure during the copy rolls back to the start, one after it to the
+    checkpoint."""
+    step = simulated_step_time(hand_instance, PLAN_A)
+    slow = host_copy_time(hand_instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
+    costs = dataclasses.replace(FAST, host_copy_gbps=slow / (step / 2))
+    copy = host_copy_time(hand_instance, PLAN_A, costs)
+    durable = step + copy + storage_time(hand_instance, PLAN_A, costs)
+
+    def failed_at(time_s):
+        record = simulate_run(hand_instance, Scenario.of(3 * step, [Event(
+            time_s, EventKind.DOMAIN_FAILURE, 1, duration_s=step)]),
+            Scripted(PLAN_A, step), costs)
+        assert not [s for s in record.segments if s.kind == "checkpoint"]  # no pause
+        (interruption,) = record.interruptions
+        return interruption
+
+    assert failed_at(durable - 1.0)["rolled_back_from_s"] == 0.0
+    after = failed_at(durable + 1.0)
+    assert after["rolled_back_from_s"] == pytest.approx(step)
+    assert after["tokens_lost"] == 0.0
 
 
 def test_changes_during_a_switchs_stop_are_shown_once_when_training_goes_on(hand_instance):
@@ -246,19 +275,23 @@ def test_a_periodic_checkpoint_inside_a_step_and_one_before_an_announced_change(
         hand_instance):
     """3-minute steps, checkpoints every 60 s, and beta's load at 100 s announced at 40 s:
     the periodic checkpoint inside the step comes first (at the first micro-batch boundary
-    after 60 s), then the one for the change (at the last boundary from which the drain
-    and the copy end by 100 s); the interruption rolls back to the second."""
+    after 60 s), then the one for the change (at the last boundary from which the second
+    stage's end of the micro-batch and the copy end by 100 s); the interruption rolls back
+    to the second."""
     instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
                                                                   global_batch=4096))
     step = simulated_step_time(instance, PLAN_A)
     slot = step / (4096 // 2)
-    pause = slot + checkpoint_pause(instance, PLAN_A, FAST, MID_STEP_BYTES_PER_PARAM)
+    pause = host_copy_time(instance, PLAN_A, FAST, GRADIENT_BYTES_PER_PARAM)
     scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
     record = simulate_run(instance, scenario, Scripted(PLAN_A, 60.0),
                           dataclasses.replace(FAST, load_notice_s=60.0))
     first, second = [s for s in record.segments if s.kind == "checkpoint"][:2]
     assert first.start_s == pytest.approx(math.ceil(60.0 / slot) * slot)
-    assert 100.0 - pause - slot - 1e-6 < second.start_s <= 100.0 - pause
+    # the second, in the same step, copies and writes the gradients alone
+    lag = slot + pause + storage_time(instance, PLAN_A, FAST, GRADIENT_BYTES_PER_PARAM)
+    assert 100.0 - lag - slot - 1e-6 < second.start_s <= 100.0 - lag
+    assert second.end_s - second.start_s == pytest.approx(pause)
     (interruption,) = record.interruptions
     assert interruption["time_s"] == 100.0
     assert interruption["rolled_back_from_s"] == pytest.approx(second.start_s)
@@ -389,16 +422,23 @@ def test_a_step_checkpointed_inside_goes_on_and_its_parts_make_one_step(hand_ins
 def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
         hand_instance):
     """3-minute steps, checkpoints every 60 s: no step boundary can hold them, so each is
-    taken inside the step, at the first micro-batch boundary 60 s after the last one (a
-    drain and the copy of the state with the gradients: 16 bytes a parameter); a failure
-    then rolls back to the last of them only."""
+    taken inside the step, at the first micro-batch boundary 60 s after the last one.
+    Training stops only while the gradients are copied (no drain: each stage copies at its
+    own end of that micro-batch). The first copies the state with the gradients (16 bytes
+    a parameter) and is durable a slot (the second stage's end of the micro-batch), the
+    copy and a 20-second write later; the second, in the same step, writes the gradients
+    alone (2 bytes) and is durable once the first is too. A failure rolls back to the
+    last checkpoint durable then, and the restart reads the state with the gradients."""
     instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
                                                                   global_batch=4096))
     step = simulated_step_time(instance, PLAN_A)
     assert step > 150.0
     slot = step / (4096 // 2)
-    pause = slot + checkpoint_pause(instance, PLAN_A, FAST, MID_STEP_BYTES_PER_PARAM)
-    record = simulate_run(instance, Scenario.of(170.0, []), Scripted(PLAN_A, 60.0), FAST)
+    slow = storage_time(instance, PLAN_A, dataclasses.replace(FAST, storage_gbps=1.0),
+                        MID_STEP_BYTES_PER_PARAM)
+    costs = dataclasses.replace(FAST, storage_gbps=slow / 20.0)
+    pause = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    record = simulate_run(instance, Scenario.of(170.0, []), Scripted(PLAN_A, 60.0), costs)
     saves = [s for s in record.segments if s.kind == "checkpoint"]
     first = math.ceil(60.0 / slot) * slot
     second = first + pause + math.ceil((60.0 - pause) / slot) * slot
@@ -407,14 +447,27 @@ def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
     parts = [s for s in record.segments if s.kind == "partial"]
     assert [p.tokens / record.tokens_per_step for p in parts[:2]] == [
         pytest.approx(first / step), pytest.approx((second - first - pause) / step)]
-    failed = simulate_run(instance, Scenario.of(170.0, [Event(
-        second + 10.0, EventKind.DOMAIN_FAILURE, 1, duration_s=100.0)]),
-        Scripted(PLAN_A, 60.0), FAST)
-    (interruption,) = failed.interruptions
+    durable = first + slot + host_copy_time(instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM) \
+        + 20.0
+    gradients = storage_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    assert gradients == pytest.approx(20.0 * GRADIENT_BYTES_PER_PARAM
+                                      / MID_STEP_BYTES_PER_PARAM)
+
+    def failed_at(time_s):
+        failed = simulate_run(instance, Scenario.of(400.0, [Event(
+            time_s, EventKind.DOMAIN_FAILURE, 1, duration_s=10.0)]),
+            Scripted(PLAN_A, 60.0), costs)
+        (interruption,) = failed.interruptions
+        return failed, interruption
+
+    assert failed_at(durable - 1.0)[1]["rolled_back_from_s"] == 0.0
+    assert failed_at(durable + 1.0)[1]["rolled_back_from_s"] == pytest.approx(first)
+    failed, interruption = failed_at(second + slot + 2 * pause + gradients)
     assert interruption["rolled_back_from_s"] == pytest.approx(second)
     assert interruption["tokens_lost"] == 0.0
-    assert interruption["tokens_in_progress"] == pytest.approx(
-        (10.0 - pause) / step * failed.tokens_per_step)
+    restart = next(s for s in failed.segments if s.kind == "stopped"
+                   and s.start_s >= interruption["time_s"] + 10.0)  # (failed for 10 s)
+    assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + 20.0)
 
 
 def test_a_switch_that_cuts_its_step_keeps_the_micro_batches_done(hand_instance):
@@ -539,15 +592,17 @@ def test_a_notice_inside_a_step_checkpoints_the_micro_batches_done(hand_instance
     """The same load, announced 60 s before, to a policy that keeps its plan, with steps
     of T: the step in progress at 100 s ends too late for a checkpoint after it, so the job
     checkpoints inside it, at the last micro-batch boundary (T / 32: 64 sequences in
-    micro-batches of 1 on 2 replicas) from which the drain (one slot: two stages), the copy
-    of the state with its bf16 gradients and the store's write end by the change. The
+    micro-batches of 1 on 2 replicas) from which the second stage's end of that
+    micro-batch (one slot), the copy of the state with its bf16 gradients and the store's
+    write end by the change; training stops for the gradients' copy alone. The
     micro-batches before it are kept; the interruption rolls back to it."""
     scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
     costs = dataclasses.replace(FAST, load_notice_s=60.0)
     record = simulate_run(hand_instance, scenario, Scripted(PLAN_A), costs)
     slot = simulated_step_time(hand_instance, PLAN_A) / 32
-    pause = slot + checkpoint_pause(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
-    durable = pause + storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
+    pause = host_copy_time(hand_instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    durable = slot + host_copy_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM) \
+        + storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
     (part,) = [s for s in record.segments if s.kind == "partial"]
     done = round((part.end_s - part.start_s) / slot)
     assert 1 <= done < 32 and part.end_s - part.start_s == pytest.approx(done * slot)
