@@ -178,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
             ("--max-stop", "max_stop_s", 0.0, 1e7, "seconds a switch may stop training "
              "(a plan that must go exceeds it only where no candidate is that quick)"),
             ("--checkpoint-interval", "checkpoint_interval_s", 1.0, 1e7,
-             "seconds between checkpoints")):
+             "seconds between checkpoints (at least; each waits until the last is "
+             "durable)")):
         parser.add_argument(flag, dest=field, type=number_arg(low, high),
                             default=getattr(defaults, field),
                             help=f"{text} (default {getattr(defaults, field):g})")

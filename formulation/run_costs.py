@@ -22,9 +22,8 @@ from formulation.plan import Plan
 # gradients accumulated over the step's micro-batches done (what the rest of the step adds
 # to; the run counts the rest as a new step's work at the same rate)
 MID_STEP_BYTES_PER_PARAM = PERSISTENT_BYTES_PER_PARAM + BYTES_PER_VALUE
-# a later checkpoint inside the same step: the weights and the optimizer's states change only
-# at the step's end, so the copy taken earlier in the step still holds them and only the
-# gradients accumulated since are new (an incremental checkpoint, as Check-N-Run's)
+# a checkpoint inside a step whose state an earlier checkpoint holds (the weights and the
+# optimizer's states change only at the step's end): the gradients' buffer alone
 GRADIENT_BYTES_PER_PARAM = BYTES_PER_VALUE
 
 
@@ -43,7 +42,7 @@ class RunCosts:
     switch_s: float = 5.0
     """The cut-over of a prepared switch, besides moving state."""
     host_copy_gbps: float = 200.0
-    """Per GPU, device to host memory (a checkpoint's pause; PCIe 4 x16 is 256)."""
+    """Per GPU, device to host memory (a checkpoint's copy; PCIe 4 x16 is 256)."""
     storage_gbps: float = 40.0
     """Per domain, to and from the checkpoint store."""
     trace_interval_s: float = 10.0

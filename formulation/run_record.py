@@ -97,5 +97,5 @@ class SavePoint:
     time_s: float  # a micro-batch boundary: the step's micro-batches before it are kept
     change_s: float | None  # the announced change it is for (None: a periodic one)
     kept: float  # the share of the step's micro-batches done by then
-    pause_s: float  # the copy to host memory: training stops
+    pause_s: float  # training stops: the gradients' copy, the state's beyond the step
     durable_s: float  # when the store holds it

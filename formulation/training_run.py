@@ -38,9 +38,13 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   interrupted when the load takes its GPUs.
 * **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary (inside
   a step longer than the interval, at a micro-batch boundary, as below, so that a failure
-  loses at most the interval's work and the write): training pauses while each GPU copies
-  its shard to host memory (``host_copy_gbps``); the checkpoint becomes durable once every
-  domain has written its stages' state (``storage_gbps``), in the background. A notice that
+  loses at most the interval's work and the write), each once the last is durable: each
+  GPU copies its shard to host memory (``host_copy_gbps``), and the checkpoint becomes
+  durable once every domain has written its stages' state (``storage_gbps``), in the
+  background; the store writes one checkpoint at a time, in order. The weights and the
+  optimizer's states hold still until the next step's update, so their copy runs
+  alongside that step and stops training only where it is the longer (the lazy snapshot
+  of DataStates-LLM, HPDC'24, and CheckFreq, FAST'21). A notice that
   the running plan will lose GPUs, with no switch under way, makes the job checkpoint at
   each step boundary until the change, whatever the interval (as a job checkpoints on a spot
   instance's reclaim notice), where that checkpoint can be durable before the change: the
@@ -52,12 +56,13 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   goes on after the pause, and the interruption rolls back to that point only. The
   pipeline is not drained for it: each stage copies its share when its own backward pass
   of that micro-batch ends (a consistent cut, as a Chandy-Lamport snapshot takes one), so
-  training stops for the copy alone, and the checkpoint is whole a micro-batch slot per
-  stage after the first later, when the first stage's copy is. The weights and the
-  optimizer's states change only at a step's end, so a checkpoint inside a step whose
-  state a checkpoint has copied already (after the step before, or earlier inside it)
-  copies and writes the gradients alone (``GRADIENT_BYTES_PER_PARAM``, an incremental
-  checkpoint), durable once that copy is too. A notice
+  training stops for the gradients' copy alone, and the checkpoint is whole a micro-batch
+  slot per stage after the first later, when the first stage's copy is; the state's copy
+  runs alongside the rest of the step (the step's update waits for it). A checkpoint
+  inside a step whose state a checkpoint has copied already (after the step before, or
+  earlier inside it) copies and writes the gradients alone (``GRADIENT_BYTES_PER_PARAM``),
+  durable after that copy (the gradients' copy and a state's copy still under way share
+  no link in this model: each takes ``host_copy_gbps``). A notice
   tells the announced load; a failure in between is not announced
   (:meth:`~formulation.scenario.StateSeries.announced`).
 
@@ -81,7 +86,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -103,6 +107,27 @@ from formulation.run_costs import (
 from formulation.run_record import Point, Policy, Replan, RunRecord, SavePoint, Segment, Trigger
 from formulation.scenario import EventKind, Scenario, StateSeries, state_series
 from formulation.schema import check_ranges
+
+
+@dataclasses.dataclass(frozen=True)
+class _SaveCost:
+    """What a checkpoint inside the step in progress costs (:meth:`_Run.save_point`)."""
+
+    gradients_s: float  # training stops while the gradients are copied to host memory
+    state_s: float  # the state's copy, alongside the rest of the step (0: a copy has it)
+    lag_s: float  # from its micro-batch boundary until wholly copied
+    write_s: float  # the store's write of it
+    store_free_s: float  # the store writes earlier checkpoints until then
+
+    def pause(self, at: float, end: float) -> float:
+        """Training stops at ``at`` for the gradients' copy, and for what the state's copy
+        takes beyond the step's end ``end`` (its update waits for it)."""
+        return self.gradients_s + max(0.0, self.state_s - (end - at))
+
+    def durable(self, at: float) -> float:
+        """When one taken at ``at`` is durable: copied, then written after the writes
+        before it."""
+        return max(at + self.lag_s, self.store_free_s) + self.write_s
 
 
 class _Run:
@@ -142,11 +167,12 @@ class _Run:
         self.durable: list[tuple[float, float, float, float]] = [
             (0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM)]
         self.last_checkpoint = 0.0
-        # when the copy of the state the step in progress started from (the weights and the
-        # optimizer's, which change only at its end) is durable: taken after the step
-        # before it or inside it; None where there is none (a later checkpoint inside the
-        # step then copies that state too, else its gradients alone)
-        self.step_copy_s: float | None = None
+        # whether a checkpoint has copied the state the step in progress started from (the
+        # weights and the optimizer's, which change only at its end): one after the step
+        # before it or inside it. If not, a checkpoint inside the step copies that state
+        # too, else its gradients alone (the store writes in order, so it is durable after
+        # that copy)
+        self.state_copied = False
         self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
         self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
@@ -180,11 +206,23 @@ class _Run:
         return self.lost_at(plan, start, end) is not None
 
     @property
+    def store_free_s(self) -> float:
+        """Until when the store writes the checkpoints taken so far (it writes one at a
+        time, in order, so the last one's durable time)."""
+        return self.durable[-1][0]
+
+    def written_by(self, copied: float, plan: Plan, per_param: float) -> float:
+        """When a checkpoint of ``plan`` (``per_param`` bytes a parameter) copied to host
+        memory by ``copied`` is durable: written after the checkpoints before it."""
+        return max(copied, self.store_free_s) \
+            + storage_time(self.instance, plan, self.costs, per_param)
+
+    @property
     def next_checkpoint_s(self) -> float:
         """When the policy's next periodic checkpoint is due: its interval after the last
-        one, and not before the last is durable (the store writes one at a time)."""
+        one, and not before the last is durable."""
         return max(self.last_checkpoint + self.policy.checkpoint_interval_s,
-                   self.durable[-1][0])
+                   self.store_free_s)
 
     @property
     def cutting(self) -> bool:
@@ -199,8 +237,8 @@ class _Run:
         switch decided on a notice (one cut to be done by its change) is under way."""
         if self.cutting:
             return False
-        durable = now + host_copy_time(self.instance, plan, self.costs) \
-            + storage_time(self.instance, plan, self.costs)
+        durable = self.written_by(now + host_copy_time(self.instance, plan, self.costs),
+                                  plan, PERSISTENT_BYTES_PER_PARAM)
         return any(durable <= effective and not self.announced_fits(plan, now, effective)
                    for effective in self.changes_ahead(now))
 
@@ -256,60 +294,56 @@ class _Run:
         # training stops while the gradients are copied (the backward passes to come add to
         # them); the weights and the optimizer's, which hold still until the step's end, are
         # copied meanwhile where no copy has them yet
-        pause = host_copy_time(instance, plan, costs, GRADIENT_BYTES_PER_PARAM)
-        per_param = MID_STEP_BYTES_PER_PARAM if self.step_copy_s is None \
-            else GRADIENT_BYTES_PER_PARAM
+        fresh = not self.state_copied
+        per_param = MID_STEP_BYTES_PER_PARAM if fresh else GRADIENT_BYTES_PER_PARAM
         # each stage copies its share at its own end of the micro-batch (a consistent cut:
-        # no drain); the first stage ends last, a slot per stage after it, then the writes
-        lag = self.drain(plan, step[2]) + host_copy_time(instance, plan, costs, per_param) \
-            + storage_time(instance, plan, costs, per_param)
-
-        def durable(at: float) -> float:
-            return max(at + lag, self.step_copy_s or 0.0)
-
-        points = [self._announced_save(now, end, kept, plan, looked, step, changes, pause,
-                                       durable) if changes else None,
-                  self._periodic_save(now, kept, plan, looked, step, pause, durable)
+        # no drain); the first stage ends last, a slot per stage after it
+        cost = _SaveCost(
+            gradients_s=host_copy_time(instance, plan, costs, GRADIENT_BYTES_PER_PARAM),
+            state_s=host_copy_time(instance, plan, costs) if fresh else 0.0,
+            lag_s=self.drain(plan, step[2]) + host_copy_time(instance, plan, costs, per_param),
+            write_s=storage_time(instance, plan, costs, per_param),
+            store_free_s=self.store_free_s)  # (after the state's copy a later one needs)
+        points = [self._announced_save(now, end, kept, plan, looked, step, changes, cost)
+                  if changes else None,
+                  self._periodic_save(now, end, kept, plan, looked, step, cost)
                   if periodic else None]
         return min((point for point in points if point is not None),
                    key=lambda point: point.time_s, default=None)
 
-    def _periodic_save(self, now: float, kept: float, plan: Plan, looked: float,
-                       step: tuple[int, int, float], pause: float,
-                       durable: Callable[[float], float]) -> SavePoint | None:
+    def _periodic_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
+                       step: tuple[int, int, float], cost: _SaveCost) -> SavePoint | None:
         """The periodic checkpoint inside a step longer than the interval
-        (:meth:`save_point`; ``step``: its :meth:`slots`; ``durable``: when one taken at a
-        time is durable)."""
+        (:meth:`save_point`; ``step``: its :meth:`slots`)."""
         micro_batches, left, slot = step
         done = max(1, math.ceil((max(self.next_checkpoint_s, looked) - now) / slot
                                 - 1e-9))
         at = now + done * slot
+        pause = cost.pause(at, end)
         if done > left - 1 or self.loses(plan, at, at + pause):  # no pause that breaks
             return None
-        return SavePoint(at, None, kept + done / micro_batches, pause, durable(at))
+        return SavePoint(at, None, kept + done / micro_batches, pause, cost.durable(at))
 
     def _announced_save(self, now: float, end: float, kept: float, plan: Plan, looked: float,
-                        step: tuple[int, int, float], changes: list[float], pause: float,
-                        durable: Callable[[float], float]) -> SavePoint | None:
+                        step: tuple[int, int, float], changes: list[float], cost: _SaveCost
+                        ) -> SavePoint | None:
         """The checkpoint inside the step before the first of the announced ``changes``
         that takes the plan's GPUs and leaves it time (:meth:`save_point`; ``step``: its
-        :meth:`slots`; ``durable``: when one taken at a time is durable)."""
+        :meth:`slots`)."""
         micro_batches, left, slot = step
-        instance, costs = self.instance, self.costs
-        after_step = end + host_copy_time(instance, plan, costs) \
-            + storage_time(instance, plan, costs)
+        after_step = self.written_by(end + host_copy_time(self.instance, plan, self.costs),
+                                     plan, PERSISTENT_BYTES_PER_PARAM)
         for effective in changes:
-            if effective >= after_step:
-                continue
-            lag = durable(now) - now  # (where the state's copy is durable by then)
-            done = min(left - 1, math.floor((effective - lag - now) / slot))
-            if durable(now + done * slot) > effective:  # rounding: durable by the change
+            if effective >= after_step or cost.store_free_s + cost.write_s > effective:
+                continue  # a checkpoint after the step will do; none can be in time
+            done = min(left - 1, math.floor((effective - cost.write_s - cost.lag_s - now)
+                                            / slot))
+            if cost.durable(now + done * slot) > effective:  # rounding: durable by then
                 done -= 1
             at = now + done * slot
-            if done >= 1 and at >= looked and durable(at) <= effective:
-                # (a notice is delivered by the time looked)
-                return SavePoint(at, effective, kept + done / micro_batches, pause,
-                                 durable(at))
+            if done >= 1 and at >= looked:  # (a notice is delivered by the time looked)
+                return SavePoint(at, effective, kept + done / micro_batches,
+                                 cost.pause(at, end), cost.durable(at))
         return None
 
     def save(self, now: float, end: float, kept: float, plan: Plan, point: SavePoint
@@ -328,8 +362,7 @@ class _Run:
         self.add(at, at + point.pause_s, "checkpoint", plan)
         # a restart reads the state and the gradients, whichever this copy held
         self.durable.append((point.durable_s, self.tokens, at, MID_STEP_BYTES_PER_PARAM))
-        if self.step_copy_s is None:
-            self.step_copy_s = point.durable_s
+        self.state_copied = True
         self.last_checkpoint = at
         self.stood_still(at + point.pause_s)
         return at + point.pause_s
@@ -424,7 +457,7 @@ class _Run:
         segment's own rate)."""
         self.add(start, end, kind, plan, tokens)
         if kind == "step":  # the optimizer's step: the state copied before is not this one
-            self.step_copy_s = None
+            self.state_copied = False
         before, self.tokens = self.tokens, self.tokens + tokens
         for interruption in self.record.interruptions:
             target = interruption["tokens_before"] + interruption["tokens_in_progress"]
@@ -444,9 +477,9 @@ class _Run:
         if self.loses(plan, now, now + pause):
             return now
         self.add(now, now + pause, "checkpoint", plan)
-        durable_from = now + copy + storage_time(self.instance, plan, self.costs)
+        durable_from = self.written_by(now + copy, plan, PERSISTENT_BYTES_PER_PARAM)
         self.durable.append((durable_from, self.tokens, now, PERSISTENT_BYTES_PER_PARAM))
-        self.step_copy_s = durable_from  # the state the next step starts from
+        self.state_copied = True  # the state the next step starts from
         self.last_checkpoint = now
         self.stood_still(now + pause)
         return now + pause
@@ -466,7 +499,7 @@ class _Run:
                 segment.rolled_back = True
         self.tokens = tokens
         self.pending = None
-        self.step_copy_s = None  # (a restart starts a step: it copies the state anew)
+        self.state_copied = False  # (a restart starts a step: it copies the state anew)
         self.record.interruptions.append({
             "time_s": at, "cause": self.causes.get(at, "load"), "tokens_before": before,
             "tokens_lost": before - tokens, "tokens_in_progress": in_progress,
@@ -571,7 +604,7 @@ class _Run:
         stop = moving + self.costs.switch_s
         if self.loses(new, now, now + stop):
             return now, old, True
-        self.step_copy_s = None  # (the new plan's first checkpoint copies the state anew)
+        self.state_copied = False  # (the new plan's first checkpoint copies the state anew)
         gone = self.lost_at(old, now, now + moving) if moving > 0 else None
         if gone is not None and gone < self.horizon:
             self.add(now, gone, "stopped")

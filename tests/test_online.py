@@ -462,12 +462,60 @@ def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
 
     assert failed_at(durable - 1.0)[1]["rolled_back_from_s"] == 0.0
     assert failed_at(durable + 1.0)[1]["rolled_back_from_s"] == pytest.approx(first)
-    failed, interruption = failed_at(second + slot + 2 * pause + gradients)
+    failed, interruption = failed_at(second + slot + pause + gradients + 1.0)
     assert interruption["rolled_back_from_s"] == pytest.approx(second)
     assert interruption["tokens_lost"] == 0.0
     restart = next(s for s in failed.segments if s.kind == "stopped"
                    and s.start_s >= interruption["time_s"] + 10.0)  # (failed for 10 s)
     assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + 20.0)
+
+
+def test_a_state_copy_that_outlasts_its_step_stops_training_for_the_rest(hand_instance):
+    """3-minute steps, checkpoints every 60 s, and a host copy that takes 150 s for the
+    state: the checkpoint inside the step at about 60 s stops training for the gradients'
+    copy, and for what the state's copy, alongside the rest of the step, takes beyond the
+    step's end (its update waits for it)."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=4096))
+    step = simulated_step_time(instance, PLAN_A)
+    slot = step / (4096 // 2)
+    slow = host_copy_time(instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
+    costs = dataclasses.replace(FAST, host_copy_gbps=slow / 150.0)
+    gradients = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    assert gradients == pytest.approx(150.0 * GRADIENT_BYTES_PER_PARAM / 14)
+    record = simulate_run(instance, Scenario.of(400.0, []), Scripted(PLAN_A, 60.0), costs)
+    first = next(s for s in record.segments if s.kind == "checkpoint")
+    at = math.ceil(60.0 / slot) * slot
+    assert first.start_s == pytest.approx(at)
+    assert first.end_s - first.start_s == pytest.approx(gradients + 150.0 - (step - at))
+
+
+def test_a_checkpoint_before_a_change_is_written_after_the_one_before_it(hand_instance):
+    """3-minute steps, a store that writes the state in 60 s, and beta's load at T + 100 s
+    announced 120 s before, so that the job checkpoints after the first step (T): the
+    checkpoint inside
+    the second step for the change holds its gradients alone (the one at T holds the
+    state) and is taken at the last micro-batch boundary from which the cut (a slot), the
+    copy and its own 8.6-second write end by the change; the store writes it after the
+    one at T (durable at T + 60 s), which leaves it time."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=4096))
+    step = simulated_step_time(instance, PLAN_A)
+    slot = step / (4096 // 2)
+    slow = storage_time(instance, PLAN_A, dataclasses.replace(FAST, storage_gbps=1.0))
+    costs = dataclasses.replace(FAST, storage_gbps=slow / 60.0, load_notice_s=120.0)
+    write = storage_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    assert write == pytest.approx(60.0 * GRADIENT_BYTES_PER_PARAM / 14)
+    pause = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    change = step + 100.0
+    record = simulate_run(instance, Scenario.of(change + 50.0, [
+        Event(change, EventKind.LOAD, 1, value=0.25)]), Scripted(PLAN_A), costs)
+    saves = [s.start_s for s in record.segments if s.kind == "checkpoint"]  # (those that
+    latest = change - write - pause - slot  # stop training: the one at T does not)
+    assert len(saves) == 1 and latest - slot - 1e-6 < saves[0] <= latest + 1e-6
+    assert saves[0] > step + 60.0  # (it used to wait for the one at T: about T + 40 s)
+    (interruption,) = record.interruptions
+    assert interruption["rolled_back_from_s"] == pytest.approx(saves[0])
 
 
 def test_a_switch_that_cuts_its_step_keeps_the_micro_batches_done(hand_instance):
