@@ -487,7 +487,10 @@ def test_a_state_copy_that_outlasts_its_step_stops_training_for_the_rest(hand_in
     first = next(s for s in record.segments if s.kind == "checkpoint")
     at = math.ceil(60.0 / slot) * slot
     assert first.start_s == pytest.approx(at)
-    assert first.end_s - first.start_s == pytest.approx(gradients + 150.0 - (step - at))
+    pause = gradients + 150.0 - (step - at)
+    assert first.end_s - first.start_s == pytest.approx(pause)
+    rest = next(s for s in record.segments if s.kind == "step")  # the step's end moves
+    assert (rest.start_s, rest.end_s) == pytest.approx((at + pause, step + pause))
 
 
 def test_a_checkpoint_before_a_change_is_written_after_the_one_before_it(hand_instance):
@@ -497,7 +500,8 @@ def test_a_checkpoint_before_a_change_is_written_after_the_one_before_it(hand_in
     the second step for the change holds its gradients alone (the one at T holds the
     state) and is taken at the last micro-batch boundary from which the cut (a slot), the
     copy and its own 8.6-second write end by the change; the store writes it after the
-    one at T (durable at T + 60 s), which leaves it time."""
+    one at T (durable at T + 60 s), which leaves it time; with the load at T + 65 s it
+    leaves none, and the interruption rolls back to T."""
     instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
                                                                   global_batch=4096))
     step = simulated_step_time(instance, PLAN_A)
@@ -516,6 +520,13 @@ def test_a_checkpoint_before_a_change_is_written_after_the_one_before_it(hand_in
     assert saves[0] > step + 60.0  # (it used to wait for the one at T: about T + 40 s)
     (interruption,) = record.interruptions
     assert interruption["rolled_back_from_s"] == pytest.approx(saves[0])
+    # the load at T + 65 s instead: behind the write of the one at T, no checkpoint inside
+    # the step can be durable by then (its own copy and write alone could: by T + 56 s)
+    soon = simulate_run(instance, Scenario.of(step + 115.0, [
+        Event(step + 65.0, EventKind.LOAD, 1, value=0.25)]), Scripted(PLAN_A), costs)
+    assert not [s for s in soon.segments if s.kind == "checkpoint"]
+    (interruption,) = soon.interruptions
+    assert interruption["rolled_back_from_s"] == pytest.approx(step)
 
 
 def test_a_switch_that_cuts_its_step_keeps_the_micro_batches_done(hand_instance):
