@@ -115,9 +115,14 @@ class _SaveCost:
 
     gradients_s: float  # training stops while the gradients are copied to host memory
     state_s: float  # the state's copy, alongside the rest of the step (0: a copy has it)
-    lag_s: float  # from its micro-batch boundary until wholly copied
+    cut_s: float  # from its micro-batch boundary until the first stage's end of it
     write_s: float  # the store's write of it
     store_free_s: float  # the store writes earlier checkpoints until then
+
+    @property
+    def lag_s(self) -> float:
+        """From its micro-batch boundary until wholly copied to host memory."""
+        return self.cut_s + self.gradients_s + self.state_s
 
     def pause(self, at: float, end: float) -> float:
         """Training stops at ``at`` for the gradients' copy, and for what the state's copy
@@ -217,6 +222,12 @@ class _Run:
         return max(copied, self.store_free_s) \
             + storage_time(self.instance, plan, self.costs, per_param)
 
+    def boundary_durable(self, now: float, plan: Plan) -> float:
+        """When a checkpoint of ``plan`` at the step boundary ``now`` would be durable: its
+        state copied to host memory, then written."""
+        return self.written_by(now + host_copy_time(self.instance, plan, self.costs), plan,
+                               PERSISTENT_BYTES_PER_PARAM)
+
     @property
     def next_checkpoint_s(self) -> float:
         """When the policy's next periodic checkpoint is due: its interval after the last
@@ -237,8 +248,7 @@ class _Run:
         switch decided on a notice (one cut to be done by its change) is under way."""
         if self.cutting:
             return False
-        durable = self.written_by(now + host_copy_time(self.instance, plan, self.costs),
-                                  plan, PERSISTENT_BYTES_PER_PARAM)
+        durable = self.boundary_durable(now, plan)
         return any(durable <= effective and not self.announced_fits(plan, now, effective)
                    for effective in self.changes_ahead(now))
 
@@ -301,7 +311,7 @@ class _Run:
         cost = _SaveCost(
             gradients_s=host_copy_time(instance, plan, costs, GRADIENT_BYTES_PER_PARAM),
             state_s=host_copy_time(instance, plan, costs) if fresh else 0.0,
-            lag_s=self.drain(plan, step[2]) + host_copy_time(instance, plan, costs, per_param),
+            cut_s=self.drain(plan, step[2]),
             write_s=storage_time(instance, plan, costs, per_param),
             store_free_s=self.store_free_s)  # (after the state's copy a later one needs)
         points = [self._announced_save(now, end, kept, plan, looked, step, changes, cost)
@@ -331,8 +341,7 @@ class _Run:
         that takes the plan's GPUs and leaves it time (:meth:`save_point`; ``step``: its
         :meth:`slots`)."""
         micro_batches, left, slot = step
-        after_step = self.written_by(end + host_copy_time(self.instance, plan, self.costs),
-                                     plan, PERSISTENT_BYTES_PER_PARAM)
+        after_step = self.boundary_durable(end, plan)
         for effective in changes:
             if effective >= after_step or cost.store_free_s + cost.write_s > effective:
                 continue  # a checkpoint after the step will do; none can be in time

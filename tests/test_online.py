@@ -17,7 +17,7 @@ from evaluation.methods import METHODS
 from evaluation.online import OnlineUnit, run_online_unit
 from evaluation.online_metrics import adjustments, run_kpis
 from evaluation.replanning import Oracle, Planner, PolicySettings, ReplanningPolicy
-from formulation.costmodel import BYTES_PER_VALUE, GBIT, CostModel
+from formulation.costmodel import BYTES_PER_VALUE, GBIT, PERSISTENT_BYTES_PER_PARAM, CostModel
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
@@ -77,6 +77,27 @@ class Scripted:
         if trigger is Trigger.CHANGE and plan is not None:
             return Replan(plan, self.charged_s, 0.0)  # looked, and kept it
         return None
+
+
+def _long_steps(instance: Instance) -> Instance:
+    """``instance`` with 4,096 sequences a step: PLAN_A's steps take about 3 minutes."""
+    return instance.replace(training=dataclasses.replace(instance.training, global_batch=4096))
+
+
+def _copying_in(instance: Instance, seconds: float) -> RunCosts:
+    """FAST, but PLAN_A's state (14 bytes a parameter) takes ``seconds`` to copy to host
+    memory."""
+    at_one = host_copy_time(instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
+    return dataclasses.replace(FAST, host_copy_gbps=at_one / seconds)
+
+
+def _writing_in(instance: Instance, seconds: float,
+                per_param: float = PERSISTENT_BYTES_PER_PARAM) -> RunCosts:
+    """FAST, but the store writes PLAN_A's checkpoint of ``per_param`` bytes a parameter in
+    ``seconds``."""
+    at_one = storage_time(instance, PLAN_A, dataclasses.replace(FAST, storage_gbps=1.0),
+                          per_param)
+    return dataclasses.replace(FAST, storage_gbps=at_one / seconds)
 
 
 def _steps(record, plan_index=None):
@@ -218,8 +239,7 @@ def test_a_timer_during_a_checkpoints_pause_is_shown_when_training_goes_on(hand_
     stalls training for what it takes longer (10 s here); a policy timer inside that pause
     is asked at the pause's end (before, the timer was skipped)."""
     step = simulated_step_time(hand_instance, PLAN_A)
-    slow = host_copy_time(hand_instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
-    costs = dataclasses.replace(FAST, host_copy_gbps=slow / (step + 10.0))
+    costs = _copying_in(hand_instance, step + 10.0)
     pause = host_copy_time(hand_instance, PLAN_A, costs) - step
     assert pause == pytest.approx(10.0)
     policy = Spy(PLAN_A, checkpoint_interval_s=step, timer_s=step + pause / 2)
@@ -237,8 +257,7 @@ def test_a_checkpoint_copied_while_the_next_step_runs_is_durable_after_the_copy(
     written, so a failure during the copy rolls back to the start, one after it to the
     checkpoint."""
     step = simulated_step_time(hand_instance, PLAN_A)
-    slow = host_copy_time(hand_instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
-    costs = dataclasses.replace(FAST, host_copy_gbps=slow / (step / 2))
+    costs = _copying_in(hand_instance, step / 2)
     copy = host_copy_time(hand_instance, PLAN_A, costs)
     durable = step + copy + storage_time(hand_instance, PLAN_A, costs)
 
@@ -278,8 +297,7 @@ def test_a_periodic_checkpoint_inside_a_step_and_one_before_an_announced_change(
     after 60 s), then the one for the change (at the last boundary from which the second
     stage's end of the micro-batch and the copy end by 100 s); the interruption rolls back
     to the second."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=4096))
+    instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     slot = step / (4096 // 2)
     pause = host_copy_time(instance, PLAN_A, FAST, GRADIENT_BYTES_PER_PARAM)
@@ -429,14 +447,11 @@ def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
     copy and a 20-second write later; the second, in the same step, writes the gradients
     alone (2 bytes) and is durable once the first is too. A failure rolls back to the
     last checkpoint durable then, and the restart reads the state with the gradients."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=4096))
+    instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     assert step > 150.0
     slot = step / (4096 // 2)
-    slow = storage_time(instance, PLAN_A, dataclasses.replace(FAST, storage_gbps=1.0),
-                        MID_STEP_BYTES_PER_PARAM)
-    costs = dataclasses.replace(FAST, storage_gbps=slow / 20.0)
+    costs = _writing_in(instance, 20.0, MID_STEP_BYTES_PER_PARAM)
     pause = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
     record = simulate_run(instance, Scenario.of(170.0, []), Scripted(PLAN_A, 60.0), costs)
     saves = [s for s in record.segments if s.kind == "checkpoint"]
@@ -475,12 +490,10 @@ def test_a_state_copy_that_outlasts_its_step_stops_training_for_the_rest(hand_in
     state: the checkpoint inside the step at about 60 s stops training for the gradients'
     copy, and for what the state's copy, alongside the rest of the step, takes beyond the
     step's end (its update waits for it)."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=4096))
+    instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     slot = step / (4096 // 2)
-    slow = host_copy_time(instance, PLAN_A, dataclasses.replace(FAST, host_copy_gbps=1.0))
-    costs = dataclasses.replace(FAST, host_copy_gbps=slow / 150.0)
+    costs = _copying_in(instance, 150.0)
     gradients = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
     assert gradients == pytest.approx(150.0 * GRADIENT_BYTES_PER_PARAM / 14)
     record = simulate_run(instance, Scenario.of(400.0, []), Scripted(PLAN_A, 60.0), costs)
@@ -502,12 +515,10 @@ def test_a_checkpoint_before_a_change_is_written_after_the_one_before_it(hand_in
     copy and its own 8.6-second write end by the change; the store writes it after the
     one at T (durable at T + 60 s), which leaves it time; with the load at T + 65 s it
     leaves none, and the interruption rolls back to T."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=4096))
+    instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     slot = step / (4096 // 2)
-    slow = storage_time(instance, PLAN_A, dataclasses.replace(FAST, storage_gbps=1.0))
-    costs = dataclasses.replace(FAST, storage_gbps=slow / 60.0, load_notice_s=120.0)
+    costs = dataclasses.replace(_writing_in(instance, 60.0), load_notice_s=120.0)
     write = storage_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
     assert write == pytest.approx(60.0 * GRADIENT_BYTES_PER_PARAM / 14)
     pause = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
@@ -563,8 +574,7 @@ def test_a_later_notice_keeps_the_deadline_of_an_earlier_one(hand_instance):
     announced at 40 s and gamma's at 130 s at 70 s; the policy answers both with alpha
     alone. The second answer must still be done by 100 s, when the running plan loses
     beta's GPUs: its step is cut in time, and nothing is interrupted."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=4096))
+    instance = _long_steps(hand_instance)
     scenario = Scenario.of(600.0, [Event(100.0, EventKind.LOAD, 1, value=0.25),
                                    Event(130.0, EventKind.LOAD, 2, value=0.5)])
     record = simulate_run(instance, scenario, Scripted(PLAN_A, then=PLAN_C),
@@ -611,8 +621,7 @@ def test_a_switch_decided_on_a_timer_must_beat_an_announced_change(hand_instance
     """3-minute steps; beta's load at 100 s is announced at 40 s, which the policy lets
     pass, and a timer at 60 s moves the plan to alpha alone: the switch is due by 100 s
     all the same, its step cut in time, and nothing is interrupted."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=4096))
+    instance = _long_steps(hand_instance)
     scenario = Scenario.of(600.0, [Event(100.0, EventKind.LOAD, 1, value=0.25)])
     record = simulate_run(instance, scenario, ByTime(PLAN_A, {60.0: PLAN_C}, timer_s=60.0),
                           dataclasses.replace(FAST, load_notice_s=60.0, prepare_s=1.0))
