@@ -124,3 +124,29 @@ def storage_time(instance: Instance, plan: Plan, costs: RunCosts,
                              weights=stage_state_bytes(instance, plan, per_param),
                              minlength=instance.num_domains)
     return float(per_domain.max()) / (costs.storage_gbps * GBIT)
+
+
+def restore_time(instance: Instance, plan: Plan, costs: RunCosts, per_param: float,
+                 held: Plan | None = None, kept: np.ndarray | None = None) -> float:
+    """Reading a checkpoint back into ``plan``'s stages. Where ``held``, the plan that took
+    it, is given, its nodes kept their host-memory copy (the checkpoint's copy stage, kept
+    until the next checkpoint is durable, as Gemini, SOSP'23, and DataStates-LLM keep
+    theirs) on ``kept`` of each domain's GPUs it used: a layer that stays in its domain
+    reads that share from host memory (every GPU at most its shard, at ``host_copy_gbps``)
+    and the rest from the store; a layer that moves, or every layer without ``held``,
+    reads it all from the store (``storage_gbps`` per domain)."""
+    cm = cost_model(instance)
+    target = layer_domains(plan)
+    params = np.full(len(target), cm.layer_params)
+    params[0] += cm.embedding_params
+    params[-1] += cm.head_params
+    local = np.zeros(len(target))
+    if held is not None:
+        source = layer_domains(held)
+        local = np.where(source == target, kept[target], 0.0)
+    store = np.bincount(target, weights=params * per_param * (1.0 - local),
+                        minlength=instance.num_domains)
+    seconds = float(store.max()) / (costs.storage_gbps * GBIT)
+    if local.any():
+        seconds += host_copy_time(instance, plan, costs, per_param)
+    return seconds

@@ -14,9 +14,18 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   failure, other tenants' load, a domain leaving) stops it at once: the step in progress and
   every step since the last *durable* checkpoint are lost. The job notices after the
   heartbeat timeout (``heartbeat_s x missed_heartbeats``); the policy then decides (its
-  declared decision time is charged), the new plan's stages read their state from the
-  checkpoint store (``storage_gbps`` per domain) and start cold (``restart_s``). A plan that
-  does not fit when it would start waits for the next change.
+  declared decision time is charged), the new plan's stages read their state back and
+  start cold (``restart_s``). They read it from the nodes' host memory where the
+  checkpoint's copy is still there: a layer that stays in its domain, on the share of
+  that domain's GPUs that no failure or load took since the checkpoint (the plan that
+  took it is the one interrupted; Gemini, SOSP'23, restores from such in-memory copies);
+  the rest from the checkpoint store (``storage_gbps`` per domain). A plan that does not
+  fit when it would start waits for the next change. Where a notice announced the change
+  ``prepare_s`` or more ahead (load), the job knew it would stop: the policy was asked
+  then for the plan to restart on, in the announced state, and where its decision and
+  the preparation ended in time, that plan's stages were started while the old one
+  trained. The interruption then needs no detection and the restart no cold start, only
+  the cut-over (``switch_s``) after the read (:meth:`_Run.prepare_restart`).
 * **Planned switch.** A policy that returns a new plan while the old one runs pays its
   decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
   at the next step boundary after that the old plan stops (its pipeline is drained: steps
@@ -102,11 +111,25 @@ from formulation.run_costs import (
     host_copy_time,
     migration_bytes,
     migration_time,
+    restore_time,
     storage_time,
 )
 from formulation.run_record import Point, Policy, Replan, RunRecord, SavePoint, Segment, Trigger
 from formulation.scenario import EventKind, Scenario, StateSeries, state_series
 from formulation.schema import check_ranges
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checkpoint:
+    """A checkpoint taken: when it is durable, the work it holds, its bytes a parameter
+    (a restart reads them back) and the plan whose nodes hold its host-memory copy (None:
+    the run's start, in the store only)."""
+
+    durable_s: float
+    tokens: float
+    captured_s: float  # the time it holds the work up to
+    per_param: float
+    plan: Plan | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,10 +190,12 @@ class _Run:
         self.record = RunRecord(policy.name, self.horizon,
                                 float(training.global_batch * instance.model.seq_len))
         self.tokens = 0.0  # work kept: steps and their parts (less what rollbacks took back)
-        # checkpoints: (durable from, tokens, the time it holds the work up to, its bytes a
-        # parameter: a restart reads them back)
-        self.durable: list[tuple[float, float, float, float]] = [
-            (0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM)]
+        self.durable = [_Checkpoint(0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM, None)]
+        # the plan an interruption stopped: a restart reads from its nodes' host memory
+        # what they still hold of the checkpoint it rolled back to (:meth:`start`)
+        self.stopped: Plan | None = None
+        # (plan, when) a restart prepared during a notice of the interruption (:meth:`start`)
+        self.prepared: tuple[Plan, float] | None = None
         self.last_checkpoint = 0.0
         # whether a checkpoint has copied the state the step in progress started from (the
         # weights and the optimizer's, which change only at its end): one after the step
@@ -214,7 +239,7 @@ class _Run:
     def store_free_s(self) -> float:
         """Until when the store writes the checkpoints taken so far (it writes one at a
         time, in order, so the last one's durable time)."""
-        return self.durable[-1][0]
+        return self.durable[-1].durable_s
 
     def written_by(self, copied: float, plan: Plan, per_param: float) -> float:
         """When a checkpoint of ``plan`` (``per_param`` bytes a parameter) copied to host
@@ -370,7 +395,8 @@ class _Run:
             return at
         self.add(at, at + point.pause_s, "checkpoint", plan)
         # a restart reads the state and the gradients, whichever this copy held
-        self.durable.append((point.durable_s, self.tokens, at, MID_STEP_BYTES_PER_PARAM))
+        self.durable.append(_Checkpoint(point.durable_s, self.tokens, at,
+                                        MID_STEP_BYTES_PER_PARAM, plan))
         self.state_copied = True
         self.last_checkpoint = at
         self.stood_still(at + point.pause_s)
@@ -487,7 +513,8 @@ class _Run:
             return now
         self.add(now, now + pause, "checkpoint", plan)
         durable_from = self.written_by(now + copy, plan, PERSISTENT_BYTES_PER_PARAM)
-        self.durable.append((durable_from, self.tokens, now, PERSISTENT_BYTES_PER_PARAM))
+        self.durable.append(_Checkpoint(durable_from, self.tokens, now,
+                                        PERSISTENT_BYTES_PER_PARAM, plan))
         self.state_copied = True  # the state the next step starts from
         self.last_checkpoint = now
         self.stood_still(now + pause)
@@ -501,8 +528,9 @@ class _Run:
         plan it chose: the same one if it keeps it)."""
         before = self.tokens
         self.caught = None  # the policy is shown the state at the interruption
-        self.durable = [d for d in self.durable if d[0] <= at]
-        _, tokens, captured, _ = self.durable[-1]
+        self.durable = [d for d in self.durable if d.durable_s <= at]
+        tokens, captured = self.durable[-1].tokens, self.durable[-1].captured_s
+        self.stopped = plan
         for segment in self.record.segments:
             if segment.kind in ("step", "partial") and segment.end_s > captured:
                 segment.rolled_back = True
@@ -514,6 +542,9 @@ class _Run:
             "tokens_lost": before - tokens, "tokens_in_progress": in_progress,
             "rolled_back_from_s": captured,
             "resumed_s": None, "regained_s": None})
+        prepared = self.prepare_restart(at, plan)
+        if prepared is not None:
+            return at, prepared
         detected = at + self.costs.detection_s
         self.add(at, detected, "stopped")
         if detected >= self.horizon:
@@ -529,8 +560,9 @@ class _Run:
         gradients of one taken inside a step) and start cold. Returns when it runs, or
         None if it loses GPUs meanwhile (then nothing is lost: nothing ran; returns with
         ``self.seen`` at that change, which the policy is shown)."""
-        ready = now + storage_time(self.instance, plan, self.costs, self.durable[-1][3]) \
-            + self.costs.restart_s
+        prepared, self.prepared = self.prepared, None
+        cold = self.costs.switch_s if prepared == (plan, now) else self.costs.restart_s
+        ready = now + self.restore_time(now, plan) + cold
         lost = self.breaks(plan, now, ready)
         if lost is not None and lost < self.horizon:
             self.add(now, lost, "stopped")
@@ -540,6 +572,46 @@ class _Run:
         self.last_checkpoint = ready
         self.stood_still(ready)
         return ready
+
+    def prepare_restart(self, at: float, plan: Plan) -> Plan | None:
+        """Where a notice announced the change at ``at`` that takes ``plan``'s GPUs, the
+        job knew it would stop then: the policy was asked then for the plan it restarts
+        with (in the state the notice announced) and, where that decision and
+        ``prepare_s`` ended by ``at``, its stages were started while the old plan
+        trained, as a planned switch's are. The interruption then needs no detection, and
+        the restart no cold start: the cut-over (``switch_s``) after the checkpoint's
+        read. Returns that plan where it fits at ``at`` (else the interruption is
+        handled as an unannounced one), or None."""
+        if self.causes.get(at) == "failure":
+            return None
+        notice = next((n for n, effective in self.notices[:self.delivered]
+                       if effective == at and not self.announced_fits(plan, n, at)), None)
+        if notice is None or notice + self.costs.prepare_s > at:
+            return None
+        answer = self.ask(Point(notice, Trigger.INTERRUPTED, at), plan)
+        if answer is None or answer.plan is None \
+                or notice + answer.charged_s + self.costs.prepare_s > at \
+                or not self.fits(answer.plan, at):
+            return None
+        self.prepared = (answer.plan, at)
+        return answer.plan
+
+    def restore_time(self, now: float, plan: Plan) -> float:
+        """Reading the last durable checkpoint into ``plan`` at ``now``
+        (:func:`~formulation.run_costs.restore_time`). Its host-memory copy is on the nodes
+        of the plan that took it where that plan is the one the interruption stopped (no
+        switch since), less the GPUs of each domain taken at any time since it was
+        captured (a failure, other tenants' load: their nodes' memory goes with them)."""
+        checkpoint = self.durable[-1]
+        held = checkpoint.plan
+        if held is None or held != self.stopped:
+            return restore_time(self.instance, plan, self.costs, checkpoint.per_param)
+        states = self.states
+        first, last = states.index_at(checkpoint.captured_s), states.index_at(now)
+        free = states.free_gpus[first:last + 1].min(axis=0)
+        used = held.gpus_by_domain(self.instance.num_domains)
+        kept = np.minimum(used, free) / np.maximum(used, 1)
+        return restore_time(self.instance, plan, self.costs, checkpoint.per_param, held, kept)
 
     def first_loss(self, now: float, plan: Plan) -> float | None:
         """The first change after ``now`` that a notice delivered by then announces to take

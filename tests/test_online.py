@@ -18,6 +18,7 @@ from evaluation.online import OnlineUnit, run_online_unit
 from evaluation.online_metrics import adjustments, run_kpis
 from evaluation.replanning import Oracle, Planner, PolicySettings, ReplanningPolicy
 from formulation.costmodel import BYTES_PER_VALUE, GBIT, PERSISTENT_BYTES_PER_PARAM, CostModel
+from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan, Stage
 from formulation.reference import simulated_step_time
@@ -28,6 +29,8 @@ from formulation.run_costs import (
     host_copy_time,
     migration_bytes,
     migration_time,
+    restore_time,
+    stage_state_bytes,
     storage_time,
 )
 from formulation.run_record import Replan, RunRecord, Segment, Trigger
@@ -413,7 +416,8 @@ def test_a_step_checkpointed_inside_goes_on_and_its_parts_make_one_step(hand_ins
     its end later by the pause, and its rest commits the rest of its tokens: the part
     and the rest make one step, until the change rolls back what followed the
     checkpoint. When the load leaves at 150 s, the restart reads the state with the
-    gradients (16 bytes a parameter)."""
+    gradients (16 bytes a parameter): alpha's stage from its nodes' host memory, and beta's
+    from there for the 4 of its 8 GPUs the load left, from the store for the other half."""
     scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25),
                                    Event(150.0, EventKind.LOAD, 1, value=1.0)])
     costs = dataclasses.replace(FAST, load_notice_s=60.0, storage_gbps=66.0)
@@ -432,9 +436,89 @@ def test_a_step_checkpointed_inside_goes_on_and_its_parts_make_one_step(hand_ins
     assert interruption["tokens_lost"] == pytest.approx(rest.tokens + sum(
         s.tokens for s in segments[i + 3:] if s.kind == "step" and s.end_s <= 100.0))
     (restart,) = [s for s in segments if s.kind == "stopped" and s.start_s >= 150.0]
-    read = storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
+    beta = stage_state_bytes(hand_instance, PLAN_A, MID_STEP_BYTES_PER_PARAM)[1]
+    read = 0.5 * beta / (costs.storage_gbps * GBIT) \
+        + host_copy_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
     assert restart.start_s == 150.0
     assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + read)
+    assert read < storage_time(hand_instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM)
+
+
+class RestartsWith(Scripted):
+    """Runs ``plan``; after an interruption, restarts with ``then``; at a timer, switches
+    to ``switch_to``."""
+
+    def __init__(self, plan: Plan, then: Plan, switch_to: Plan | None = None, **kwargs):
+        super().__init__(plan, then=switch_to, **kwargs)
+        self.restart_with = then
+
+    def observe(self, now, state, plan, trigger, deadline_s=None):
+        if trigger is Trigger.INTERRUPTED:
+            return Replan(self.restart_with, 1.0, 0.0)
+        return super().observe(now, state, plan, trigger, deadline_s)
+
+
+@pytest.mark.parametrize("switch_first", [False, True])
+def test_a_restart_reads_from_host_memory_what_its_nodes_still_hold(hand_instance,
+                                                                   switch_first):
+    """Checkpoints every 30 s at step boundaries (14 bytes a parameter, a 10-second
+    write). beta fails for good at 200 s and the job restarts on alpha alone (PLAN_C):
+    the 12 layers alpha held read from its nodes' host memory, beta's 12 and the LM head
+    from the store. Where the job had switched from PLAN_B (alpha and gamma) to PLAN_A
+    at 150 s and no checkpoint of PLAN_A is durable when beta fails, the checkpoint is
+    PLAN_B's, whose nodes the job had left: everything comes from the store."""
+    costs = _writing_in(hand_instance, 10.0)
+    costs = dataclasses.replace(costs, host_copy_gbps=costs.storage_gbps)
+    if switch_first:
+        policy = RestartsWith(PLAN_B, PLAN_C, switch_to=PLAN_A, timer_s=150.0,
+                              checkpoint_interval_s=30.0)
+        (switch,) = simulate_run(hand_instance, Scenario.of(400.0, []), policy,
+                                 costs).switches
+        failure = switch["resume_s"] + 0.5  # before PLAN_A's first checkpoint is durable
+    else:
+        policy, failure = RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=30.0), 200.0
+    record = simulate_run(hand_instance, Scenario.of(400.0, [
+        Event(failure, EventKind.DOMAIN_FAILURE, 1, duration_s=1000.0)]), policy, costs)
+    (interruption,) = record.interruptions
+    restart = next(s for s in record.segments if s.kind == "stopped"
+                   and s.start_s > interruption["time_s"] + 3.5)  # after detection, decision
+    cm = cost_model(hand_instance)
+    rate = costs.storage_gbps * GBIT
+    if switch_first:
+        read = storage_time(hand_instance, PLAN_C, costs)
+    else:
+        read = (12 * cm.layer_params + cm.head_params) * PERSISTENT_BYTES_PER_PARAM / rate \
+            + host_copy_time(hand_instance, PLAN_C, costs)
+    assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + read)
+    assert restore_time(hand_instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM) \
+        == storage_time(hand_instance, PLAN_C, costs)
+
+
+@pytest.mark.parametrize("notice_s", [120.0, 20.0])
+def test_an_announced_interruption_restarts_on_a_plan_prepared_during_the_notice(
+        hand_instance, notice_s):
+    """Load takes beta at 150 s, announced ``notice_s`` before; the policy restarts on
+    alpha alone. With 120 s the job knew in time: the policy was asked at the notice (30
+    s; its 1 s and the 30 s of preparation end by 150 s), no heartbeat detection, no cold
+    start: training stops at 150 s for the cut-over alone (state moves are instant here).
+    With 20 s the preparation alone cannot end by then: the interruption is detected,
+    decided and the plan starts cold, as an unannounced one."""
+    scenario = Scenario.of(300.0, [Event(150.0, EventKind.LOAD, 1, value=0.25)])
+    costs = dataclasses.replace(FAST, load_notice_s=notice_s)
+    record = simulate_run(hand_instance, scenario, RestartsWith(PLAN_A, PLAN_C), costs)
+    (interruption,) = record.interruptions
+    assert interruption["time_s"] == 150.0 and interruption["tokens_lost"] == 0.0
+    decided = [d["time_s"] for d in record.decisions if d["trigger"] == "interrupted"]
+    stops = [s for s in record.segments if s.kind == "stopped" and s.start_s >= 150.0]
+    assert stops[0].start_s == 150.0
+    if notice_s == 120.0:
+        assert decided == [30.0]
+        assert [s.end_s for s in stops] == [pytest.approx(150.0 + costs.switch_s, abs=1e-3)]
+    else:
+        assert decided == [150.0 + costs.detection_s]
+        assert stops[-1].end_s == pytest.approx(
+            150.0 + costs.detection_s + 1.0 + costs.restart_s, abs=1e-3)
+    assert interruption["resumed_s"] == stops[-1].end_s
 
 
 def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
@@ -446,7 +530,9 @@ def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
     a parameter) and is durable a slot (the second stage's end of the micro-batch), the
     copy and a 20-second write later; the second, in the same step, writes the gradients
     alone (2 bytes) and is durable once the first is too. A failure rolls back to the
-    last checkpoint durable then, and the restart reads the state with the gradients."""
+    last checkpoint durable then, and the restart reads the state with the gradients:
+    beta's, whose nodes failed, from the store (20 s: the larger domain's share, with the
+    LM head), alpha's from its nodes' host memory."""
     instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     assert step > 150.0
@@ -482,7 +568,8 @@ def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
     assert interruption["tokens_lost"] == 0.0
     restart = next(s for s in failed.segments if s.kind == "stopped"
                    and s.start_s >= interruption["time_s"] + 10.0)  # (failed for 10 s)
-    assert restart.end_s - restart.start_s == pytest.approx(costs.restart_s + 20.0)
+    assert restart.end_s - restart.start_s == pytest.approx(
+        costs.restart_s + 20.0 + host_copy_time(instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM))
 
 
 def test_a_state_copy_that_outlasts_its_step_stops_training_for_the_rest(hand_instance):
