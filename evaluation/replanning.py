@@ -21,8 +21,12 @@ domains (little state to move) and the running plan itself (where it still fits 
 headroom) by the tokens each would train within ``payback_s`` (closed-form rates in the
 state) less those lost while training stops to move state: a migration happens only where
 it pays for itself, and only where it stops training at most ``max_stop_s``, unless the
-running plan must go and no candidate is that quick. Where no plan leaves the headroom,
-the planner is asked again without it.
+running plan must go and no candidate is that quick. On a notice that the running plan
+must go, one more is weighed the same way: keeping it, so that the change stops it and
+the job restarts on the planner's plan, prepared during the notice
+(:mod:`formulation.training_run`), training stopped for the read of the state its nodes'
+host memory does not hold and the cut-over. Where no plan leaves the headroom, the
+planner is asked again without it.
 
 :class:`Oracle`: re-plans at every change with the exact engine, no headroom, for free
 (:mod:`formulation.training_run` charges it nothing): the upper bound of the KPIs.
@@ -46,7 +50,14 @@ from evaluation.methods import METHODS, REFERENCE, MethodOptions
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
-from formulation.run_costs import DEFAULT_COSTS, RunCosts, migration_bytes, migration_time
+from formulation.run_costs import (
+    DEFAULT_COSTS,
+    MID_STEP_BYTES_PER_PARAM,
+    RunCosts,
+    migration_bytes,
+    migration_time,
+    restore_time,
+)
 from formulation.run_record import Replan, Trigger
 
 KINDS = ("static", "periodic", "event")
@@ -209,8 +220,11 @@ class ReplanningPolicy:
         move); each scores its closed-form rate over ``payback_s`` less the time
         training stops to switch to it. The running plan stays a candidate where it fits
         within its headroom. With ``time_left`` (a notice), a switch must be decided,
-        prepared and done in that time. The wall time is the decision's: the planner's
-        (two requests side by side count once, the longer) and the weighing."""
+        prepared and done in that time; where the running plan must go, keeping it
+        stands for the restart on the planner's plan that the change then brings,
+        prepared meanwhile, scored by that plan's rate less the restart's stop. The wall
+        time is the decision's: the planner's (two requests side by side count once, the
+        longer) and the weighing."""
         started, spent = time.perf_counter(), 0.0
         planned = with_headroom(state, self.headroom)
         new, seconds, now = self.planner.decide(planned)
@@ -244,6 +258,16 @@ class ReplanningPolicy:
             if within or must_go:
                 scored.append((within, rate(state, candidate)
                                * max(0.0, self.settings.payback_s - stop), candidate))
+        if must_go and new is not None and new != plan \
+                and self.planner.bound_s + self.costs.prepare_s <= time_left < math.inf:
+            # let the announced change stop the plan and restart on ``new``, prepared
+            # meanwhile: the stages that stay read their state from host memory
+            used = plan.gpus_by_domain(state.num_domains)
+            kept = np.minimum(used, state.free_gpus) / np.maximum(used, 1)
+            stop = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan, kept) \
+                + self.costs.switch_s
+            scored.append((stop <= self.settings.max_stop_s,
+                           rate(state, new) * max(0.0, self.settings.payback_s - stop), plan))
         # within the stop bound if any candidate is (a plan that must go may exceed it)
         best = max(scored, key=lambda item: item[:2], default=(True, 0.0, plan))[2]
         return best, seconds + time.perf_counter() - started - spent

@@ -25,7 +25,11 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   then for the plan to restart on, in the announced state, and where its decision and
   the preparation ended in time, that plan's stages were started while the old one
   trained. The interruption then needs no detection and the restart no cold start, only
-  the cut-over (``switch_s``) after the read (:meth:`_Run.prepare_restart`).
+  the cut-over (``switch_s``) after the read (:meth:`_Run.prepare_restart`); the prepared
+  stages fetch the weights and the optimizer's states of the checkpoint meanwhile, once
+  durable, so that where this ends in time only the gradients of a checkpoint inside a
+  step are left to read at the change (the store's reads and writes share no bandwidth
+  in this model).
 * **Planned switch.** A policy that returns a new plan while the old one runs pays its
   decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
   at the next step boundary after that the old plan stops (its pipeline is drained: steps
@@ -122,14 +126,17 @@ from formulation.schema import check_ranges
 @dataclasses.dataclass(frozen=True)
 class _Checkpoint:
     """A checkpoint taken: when it is durable, the work it holds, its bytes a parameter
-    (a restart reads them back) and the plan whose nodes hold its host-memory copy (None:
-    the run's start, in the store only)."""
+    (a restart reads them back), the plan whose nodes hold its host-memory copy (None:
+    the run's start, in the store only) and when the weights and the optimizer's states
+    it holds were durable (a checkpoint inside a step holds the state the step started
+    from, which an earlier checkpoint may have written)."""
 
     durable_s: float
     tokens: float
     captured_s: float  # the time it holds the work up to
     per_param: float
     plan: Plan | None
+    state_durable_s: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,12 +197,12 @@ class _Run:
         self.record = RunRecord(policy.name, self.horizon,
                                 float(training.global_batch * instance.model.seq_len))
         self.tokens = 0.0  # work kept: steps and their parts (less what rollbacks took back)
-        self.durable = [_Checkpoint(0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM, None)]
+        self.durable = [_Checkpoint(0.0, 0.0, 0.0, PERSISTENT_BYTES_PER_PARAM, None, 0.0)]
         # the plan an interruption stopped: a restart reads from its nodes' host memory
         # what they still hold of the checkpoint it rolled back to (:meth:`start`)
         self.stopped: Plan | None = None
-        # (plan, when) a restart prepared during a notice of the interruption (:meth:`start`)
-        self.prepared: tuple[Plan, float] | None = None
+        # (plan, when, prepared by) a restart prepared during a notice of the interruption
+        self.prepared: tuple[Plan, float, float] | None = None
         self.last_checkpoint = 0.0
         # whether a checkpoint has copied the state the step in progress started from (the
         # weights and the optimizer's, which change only at its end): one after the step
@@ -395,8 +402,10 @@ class _Run:
             return at
         self.add(at, at + point.pause_s, "checkpoint", plan)
         # a restart reads the state and the gradients, whichever this copy held
+        state_durable = self.durable[-1].state_durable_s if self.state_copied \
+            else point.durable_s
         self.durable.append(_Checkpoint(point.durable_s, self.tokens, at,
-                                        MID_STEP_BYTES_PER_PARAM, plan))
+                                        MID_STEP_BYTES_PER_PARAM, plan, state_durable))
         self.state_copied = True
         self.last_checkpoint = at
         self.stood_still(at + point.pause_s)
@@ -514,7 +523,7 @@ class _Run:
         self.add(now, now + pause, "checkpoint", plan)
         durable_from = self.written_by(now + copy, plan, PERSISTENT_BYTES_PER_PARAM)
         self.durable.append(_Checkpoint(durable_from, self.tokens, now,
-                                        PERSISTENT_BYTES_PER_PARAM, plan))
+                                        PERSISTENT_BYTES_PER_PARAM, plan, durable_from))
         self.state_copied = True  # the state the next step starts from
         self.last_checkpoint = now
         self.stood_still(now + pause)
@@ -561,8 +570,10 @@ class _Run:
         None if it loses GPUs meanwhile (then nothing is lost: nothing ran; returns with
         ``self.seen`` at that change, which the policy is shown)."""
         prepared, self.prepared = self.prepared, None
-        cold = self.costs.switch_s if prepared == (plan, now) else self.costs.restart_s
-        ready = now + self.restore_time(now, plan) + cold
+        if prepared is not None and prepared[:2] == (plan, now):
+            ready = now + self.restore_time(now, plan, prepared[2]) + self.costs.switch_s
+        else:
+            ready = now + self.restore_time(now, plan) + self.costs.restart_s
         lost = self.breaks(plan, now, ready)
         if lost is not None and lost < self.horizon:
             self.add(now, lost, "stopped")
@@ -580,8 +591,9 @@ class _Run:
         ``prepare_s`` ended by ``at``, its stages were started while the old plan
         trained, as a planned switch's are. The interruption then needs no detection, and
         the restart no cold start: the cut-over (``switch_s``) after the checkpoint's
-        read. Returns that plan where it fits at ``at`` (else the interruption is
-        handled as an unannounced one), or None."""
+        read, less what the prepared stages fetched meanwhile (:meth:`restore_time`).
+        Returns that plan where it fits at ``at`` (else the interruption is handled as an
+        unannounced one), or None."""
         if self.causes.get(at) == "failure":
             return None
         notice = next((n for n, effective in self.notices[:self.delivered]
@@ -589,29 +601,41 @@ class _Run:
         if notice is None or notice + self.costs.prepare_s > at:
             return None
         answer = self.ask(Point(notice, Trigger.INTERRUPTED, at), plan)
-        if answer is None or answer.plan is None \
-                or notice + answer.charged_s + self.costs.prepare_s > at \
-                or not self.fits(answer.plan, at):
+        if answer is None or answer.plan is None or not self.fits(answer.plan, at):
             return None
-        self.prepared = (answer.plan, at)
+        ready = notice + answer.charged_s + self.costs.prepare_s
+        if ready > at:
+            return None
+        self.prepared = (answer.plan, at, ready)
         return answer.plan
 
-    def restore_time(self, now: float, plan: Plan) -> float:
+    def restore_time(self, now: float, plan: Plan, prepared_s: float | None = None) -> float:
         """Reading the last durable checkpoint into ``plan`` at ``now``
         (:func:`~formulation.run_costs.restore_time`). Its host-memory copy is on the nodes
         of the plan that took it where that plan is the one the interruption stopped (no
         switch since), less the GPUs of each domain taken at any time since it was
-        captured (a failure, other tenants' load: their nodes' memory goes with them)."""
+        captured (a failure, other tenants' load: their nodes' memory goes with them).
+        Stages prepared by ``prepared_s`` fetch the weights and the optimizer's states
+        meanwhile, once durable: where that ends by ``now``, only the gradients of a
+        checkpoint inside a step are left to read (a step's state holds still until its
+        end, so it is the state the step started from)."""
         checkpoint = self.durable[-1]
-        held = checkpoint.plan
+        held, kept = checkpoint.plan, None
         if held is None or held != self.stopped:
-            return restore_time(self.instance, plan, self.costs, checkpoint.per_param)
-        states = self.states
-        first, last = states.index_at(checkpoint.captured_s), states.index_at(now)
-        free = states.free_gpus[first:last + 1].min(axis=0)
-        used = held.gpus_by_domain(self.instance.num_domains)
-        kept = np.minimum(used, free) / np.maximum(used, 1)
-        return restore_time(self.instance, plan, self.costs, checkpoint.per_param, held, kept)
+            held = None
+        else:
+            states = self.states
+            first, last = states.index_at(checkpoint.captured_s), states.index_at(now)
+            free = states.free_gpus[first:last + 1].min(axis=0)
+            used = held.gpus_by_domain(self.instance.num_domains)
+            kept = np.minimum(used, free) / np.maximum(used, 1)
+        per_param = checkpoint.per_param
+        if prepared_s is not None:
+            fetched = max(prepared_s, checkpoint.state_durable_s) + restore_time(
+                self.instance, plan, self.costs, PERSISTENT_BYTES_PER_PARAM, held, kept)
+            if fetched <= now:
+                per_param -= PERSISTENT_BYTES_PER_PARAM
+        return restore_time(self.instance, plan, self.costs, per_param, held, kept)
 
     def first_loss(self, now: float, plan: Plan) -> float | None:
         """The first change after ``now`` that a notice delivered by then announces to take

@@ -16,7 +16,14 @@ from clitools import run_module
 from evaluation.methods import METHODS
 from evaluation.online import OnlineUnit, run_online_unit
 from evaluation.online_metrics import adjustments, run_kpis
-from evaluation.replanning import Oracle, Planner, PolicySettings, ReplanningPolicy
+from evaluation.replanning import (
+    Oracle,
+    Planner,
+    PolicySettings,
+    ReplanningPolicy,
+    rate,
+    resize_in_place,
+)
 from formulation.costmodel import BYTES_PER_VALUE, GBIT, PERSISTENT_BYTES_PER_PARAM, CostModel
 from formulation.evaluator import cost_model
 from formulation.instance import Instance
@@ -521,6 +528,36 @@ def test_an_announced_interruption_restarts_on_a_plan_prepared_during_the_notice
     assert interruption["resumed_s"] == stops[-1].end_s
 
 
+@pytest.mark.parametrize("notice_s", [120.0, 40.0])
+def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
+        hand_instance, notice_s):
+    """3-minute steps; load takes beta inside the second step, announced ``notice_s``
+    before; the policy restarts on alpha alone. The job checkpoints inside the step
+    before the change (the state the step started from, durable since the checkpoint
+    after the first step, and the gradients). With 120 s, the stages prepared by 31 s
+    after the notice fetch that state meanwhile: at the change only the gradients are
+    read. With 40 s, the stages are ready 9 s before the change, too late for that: the
+    state is read with the gradients."""
+    instance = _long_steps(hand_instance)
+    step = simulated_step_time(instance, PLAN_A)
+    change = step + 120.0
+    costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=notice_s)
+    costs = dataclasses.replace(costs, host_copy_gbps=costs.storage_gbps)
+    policy = RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=60.0)
+    record = simulate_run(instance, Scenario.of(change + 300.0, [
+        Event(change, EventKind.LOAD, 1, value=0.25)]), policy, costs)
+    (interruption,) = record.interruptions
+    assert interruption["time_s"] == change and interruption["rolled_back_from_s"] > step
+    (restart,) = [s for s in record.segments if s.kind == "stopped"]
+    kept = np.array([1.0, 0.5, 1.0])  # (beta's layers all move to alpha: from the store)
+    per_param = GRADIENT_BYTES_PER_PARAM if notice_s == 120.0 else MID_STEP_BYTES_PER_PARAM
+    read = restore_time(instance, PLAN_C, costs, per_param, PLAN_A, kept)
+    fetch = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM, PLAN_A, kept)
+    assert 120.0 - 31.0 > fetch > 40.0 - 31.0  # (about 25 s)
+    assert (restart.start_s, restart.end_s) == (change, pytest.approx(
+        change + read + costs.switch_s))
+
+
 def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
         hand_instance):
     """3-minute steps, checkpoints every 60 s: no step boundary can hold them, so each is
@@ -802,6 +839,29 @@ def test_a_notice_tells_the_announced_load_not_a_failure_meanwhile(hand_instance
     assert interruption["cause"] == "failure" and interruption["tokens_lost"] == \
         pytest.approx(math.floor(80.0 / simulated_step_time(hand_instance, PLAN_A))
                       * record.tokens_per_step)
+
+
+@pytest.mark.parametrize("storage_gbps, restarts", [
+    (1e6, True),  # the restart stops training for the cut-over alone: it pays
+    (1.0, False)])  # beta's layers read into alpha: past the 20 s stop bound, resize
+def test_on_a_notice_a_policy_weighs_a_prepared_restart_against_a_switch(
+        hand_instance, monkeypatch, storage_gbps, restarts):
+    """A notice: the load will leave beta 4 free GPUs, PLAN_A must go. The planner's plan
+    (PLAN_C, alpha alone) is past the stop bound over the WAN, so a switch can only
+    resize PLAN_A in place (beta's stage narrower). Letting the change stop PLAN_A and restarting on
+    PLAN_C, prepared during the notice, costs the read of beta's layers from the store
+    (alpha's come from host memory) and the cut-over: the policy keeps PLAN_A for that
+    where it trains more within the payback time."""
+    costs = dataclasses.replace(FAST, storage_gbps=storage_gbps)
+    planner = Planner("greedy", METHODS["greedy"].options_type())
+    monkeypatch.setattr(planner, "decide", lambda state: (PLAN_C, 0.0, 0.0))
+    policy = ReplanningPolicy("event", planner, costs=costs)
+    policy.observe(0.0, hand_instance, None, Trigger.START)
+    announced = hand_instance.with_link_state(free_gpus=np.array([32, 4, 32]))
+    resized = resize_in_place(announced, PLAN_A)
+    assert resized is not None and rate(announced, PLAN_C) > rate(announced, resized)
+    answer = policy.observe(10.0, announced, PLAN_A, Trigger.NOTICE, 130.0)
+    assert answer.plan == (PLAN_A if restarts else resized)
 
 
 def test_the_oracle_is_never_below_any_policy():
