@@ -24,8 +24,9 @@ it pays for itself, and only where it stops training at most ``max_stop_s``, unl
 running plan must go and no candidate is that quick. On a notice that the running plan
 must go, one more is weighed the same way: keeping it, so that the change stops it and
 the job restarts on the planner's plan, prepared during the notice
-(:mod:`formulation.training_run`), training stopped for the read of the state its nodes'
-host memory does not hold and the cut-over. Where no plan leaves the headroom, the
+(:mod:`formulation.training_run`), its stop estimated as the read of the whole state the
+running plan's host memory would not hold and the cut-over (no fetch ahead credited, and
+the work the change rolls back left out). Where no plan leaves the headroom, the
 planner is asked again without it.
 
 :class:`Oracle`: re-plans at every change with the exact engine, no headroom, for free
@@ -261,7 +262,8 @@ class ReplanningPolicy:
         if must_go and new is not None and new != plan \
                 and self.planner.bound_s + self.costs.prepare_s <= time_left < math.inf:
             # let the announced change stop the plan and restart on ``new``, prepared
-            # meanwhile: the stages that stay read their state from host memory
+            # meanwhile: the stages that stay read their state from host memory (the
+            # estimate reads the whole state: a fetch ahead may leave less)
             used = plan.gpus_by_domain(state.num_domains)
             kept = np.minimum(used, state.free_gpus) / np.maximum(used, 1)
             stop = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan, kept) \

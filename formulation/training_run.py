@@ -17,8 +17,9 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   declared decision time is charged), the new plan's stages read their state back and
   start cold (``restart_s``). They read it from the nodes' host memory where the
   checkpoint's copy is still there: a layer that stays in its domain, on the share of
-  that domain's GPUs that no failure or load took since the checkpoint (the plan that
-  took it is the one interrupted; Gemini, SOSP'23, restores from such in-memory copies);
+  that domain's GPUs that no failure or load took since the checkpoint (where the plan
+  that took it is the one interrupted, with no switch or restart since; Gemini, SOSP'23,
+  restores from such in-memory copies);
   the rest from the checkpoint store (``storage_gbps`` per domain). A plan that does not
   fit when it would start waits for the next change. Where a notice announced the change
   ``prepare_s`` or more ahead (load), the job knew it would stop: the policy was asked
@@ -26,10 +27,10 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   the preparation ended in time, that plan's stages were started while the old one
   trained. The interruption then needs no detection and the restart no cold start, only
   the cut-over (``switch_s``) after the read (:meth:`_Run.prepare_restart`); the prepared
-  stages fetch the weights and the optimizer's states of the checkpoint meanwhile, once
-  durable, so that where this ends in time only the gradients of a checkpoint inside a
-  step are left to read at the change (the store's reads and writes share no bandwidth
-  in this model).
+  stages fetch the weights and the optimizer's states of the checkpoint into host memory
+  meanwhile, once durable, so that where this ends in time only their copy to the GPUs
+  and the gradients of a checkpoint inside a step are left at the change (the store's
+  reads and writes share no bandwidth in this model).
 * **Planned switch.** A policy that returns a new plan while the old one runs pays its
   decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
   at the next step boundary after that the old plan stops (its pipeline is drained: steps
@@ -201,6 +202,7 @@ class _Run:
         # the plan an interruption stopped: a restart reads from its nodes' host memory
         # what they still hold of the checkpoint it rolled back to (:meth:`start`)
         self.stopped: Plan | None = None
+        self.running_since = 0.0  # when the running plan started (launch, restart, switch)
         # (plan, when, prepared by) a restart prepared during a notice of the interruption
         self.prepared: tuple[Plan, float, float] | None = None
         self.last_checkpoint = 0.0
@@ -586,10 +588,11 @@ class _Run:
 
     def prepare_restart(self, at: float, plan: Plan) -> Plan | None:
         """Where a notice announced the change at ``at`` that takes ``plan``'s GPUs, the
-        job knew it would stop then: the policy was asked then for the plan it restarts
-        with (in the state the notice announced) and, where that decision and
-        ``prepare_s`` ended by ``at``, its stages were started while the old plan
-        trained, as a planned switch's are. The interruption then needs no detection, and
+        job knew it would stop then: the policy was asked then (or when ``plan`` started,
+        if later) for the plan it restarts with, in the state announced then, and where
+        that decision and ``prepare_s`` ended by ``at`` on GPUs that stay free until
+        then, its stages were started while the old plan trained, as a planned switch's
+        are. The interruption then needs no detection, and
         the restart no cold start: the cut-over (``switch_s``) after the checkpoint's
         read, less what the prepared stages fetched meanwhile (:meth:`restore_time`).
         Returns that plan where it fits at ``at`` (else the interruption is handled as an
@@ -598,13 +601,17 @@ class _Run:
             return None
         notice = next((n for n, effective in self.notices[:self.delivered]
                        if effective == at and not self.announced_fits(plan, n, at)), None)
-        if notice is None or notice + self.costs.prepare_s > at:
+        if notice is None:
             return None
-        answer = self.ask(Point(notice, Trigger.INTERRUPTED, at), plan)
-        if answer is None or answer.plan is None or not self.fits(answer.plan, at):
+        asked = max(notice, self.running_since)  # (a plan started after the notice: then)
+        if asked + self.costs.prepare_s > at:
             return None
-        ready = notice + answer.charged_s + self.costs.prepare_s
-        if ready > at:
+        answer = self.ask(Point(asked, Trigger.INTERRUPTED, at), plan)
+        if answer is None or answer.plan is None:
+            return None
+        ready = asked + answer.charged_s + self.costs.prepare_s
+        # its stages start on GPUs free from then on (the old plan's, shared meanwhile)
+        if ready > at or self.lost_at(answer.plan, ready, at) is not None:
             return None
         self.prepared = (answer.plan, at, ready)
         return answer.plan
@@ -612,17 +619,19 @@ class _Run:
     def restore_time(self, now: float, plan: Plan, prepared_s: float | None = None) -> float:
         """Reading the last durable checkpoint into ``plan`` at ``now``
         (:func:`~formulation.run_costs.restore_time`). Its host-memory copy is on the nodes
-        of the plan that took it where that plan is the one the interruption stopped (no
-        switch since), less the GPUs of each domain taken at any time since it was
-        captured (a failure, other tenants' load: their nodes' memory goes with them).
+        of the plan that took it where that plan is the one the interruption stopped and
+        ran since (no switch or restart since), less the GPUs of each domain taken at any
+        time since it was captured (a failure, other tenants' load: their nodes' memory
+        goes with them).
         Stages prepared by ``prepared_s`` fetch the weights and the optimizer's states
-        meanwhile, once durable: where that ends by ``now``, only the gradients of a
-        checkpoint inside a step are left to read (a step's state holds still until its
-        end, so it is the state the step started from)."""
+        meanwhile into host memory, once durable: where that ends by ``now``, only their
+        copy to the GPUs and the gradients of a checkpoint inside a step are left (a
+        step's state holds still until its end, so it is the state the step started
+        from)."""
         checkpoint = self.durable[-1]
         held, kept = checkpoint.plan, None
-        if held is None or held != self.stopped:
-            held = None
+        if held is None or held != self.stopped or checkpoint.captured_s < self.running_since:
+            held = None  # (a switch since, or a restart: the copy is not on its nodes)
         else:
             states = self.states
             first, last = states.index_at(checkpoint.captured_s), states.index_at(now)
@@ -634,7 +643,9 @@ class _Run:
             fetched = max(prepared_s, checkpoint.state_durable_s) + restore_time(
                 self.instance, plan, self.costs, PERSISTENT_BYTES_PER_PARAM, held, kept)
             if fetched <= now:
-                per_param -= PERSISTENT_BYTES_PER_PARAM
+                return host_copy_time(self.instance, plan, self.costs) + restore_time(
+                    self.instance, plan, self.costs, per_param - PERSISTENT_BYTES_PER_PARAM,
+                    held, kept)
         return restore_time(self.instance, plan, self.costs, per_param, held, kept)
 
     def first_loss(self, now: float, plan: Plan) -> float | None:
@@ -717,6 +728,7 @@ class _Run:
             decided, plan = self.interrupt(gone, old)
             return decided, plan, False
         self.add(now, now + stop, "switch", new)
+        self.running_since = now + stop
         self.record.switches.append({**info, "stop_s": now, "resume_s": float(now + stop),
                                      "plan": self.record.plan_index(new),
                                      "bytes": float(sum(moves.values()))})
@@ -756,6 +768,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                     now = run.seen
                     continue
                 now, running = began, True
+                run.running_since = now
                 run.stood_still(now)
                 for interruption in run.record.interruptions:
                     if interruption["resumed_s"] is None:

@@ -528,6 +528,30 @@ def test_an_announced_interruption_restarts_on_a_plan_prepared_during_the_notice
     assert interruption["resumed_s"] == stops[-1].end_s
 
 
+def test_a_restart_is_prepared_only_from_when_the_interrupted_plan_started(hand_instance):
+    """PLAN_B (alpha and gamma) runs; a notice at 30 s announces load on beta at 150 s,
+    which PLAN_B does not use. gamma fails at 120 s and the job restarts on PLAN_A (alpha
+    and beta), running from 134 s. At 150 s the load takes PLAN_A's beta GPUs: a restart
+    could be prepared for it only from 134 s, too late (134 + 1 + 30 s), so that
+    interruption is detected, decided and started cold."""
+
+    class Restarts(Scripted):
+        def observe(self, now, state, plan, trigger, deadline_s=None):
+            if trigger is Trigger.INTERRUPTED:
+                return Replan(PLAN_A if plan == PLAN_B else PLAN_C, 1.0, 0.0)
+            return super().observe(now, state, plan, trigger, deadline_s)
+
+    costs = dataclasses.replace(FAST, load_notice_s=120.0, restart_s=10.0)
+    record = simulate_run(hand_instance, Scenario.of(300.0, [
+        Event(120.0, EventKind.DOMAIN_FAILURE, 2, duration_s=1000.0),
+        Event(150.0, EventKind.LOAD, 1, value=0.25)]), Restarts(PLAN_B), costs)
+    assert [d["time_s"] for d in record.decisions if d["trigger"] == "interrupted"] == [
+        120.0 + costs.detection_s, 150.0 + costs.detection_s]
+    second = record.interruptions[1]
+    assert second["resumed_s"] == pytest.approx(150.0 + costs.detection_s + 1.0 + 10.0,
+                                                abs=1e-3)
+
+
 @pytest.mark.parametrize("notice_s", [120.0, 40.0])
 def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
         hand_instance, notice_s):
@@ -535,9 +559,9 @@ def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
     before; the policy restarts on alpha alone. The job checkpoints inside the step
     before the change (the state the step started from, durable since the checkpoint
     after the first step, and the gradients). With 120 s, the stages prepared by 31 s
-    after the notice fetch that state meanwhile: at the change only the gradients are
-    read. With 40 s, the stages are ready 9 s before the change, too late for that: the
-    state is read with the gradients."""
+    after the notice fetch that state into host memory meanwhile: at the change only its
+    copy to the GPUs and the gradients are left. With 40 s, the stages are ready 9 s
+    before the change, too late for that: the state is read with the gradients."""
     instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     change = step + 120.0
@@ -554,6 +578,8 @@ def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
     read = restore_time(instance, PLAN_C, costs, per_param, PLAN_A, kept)
     fetch = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM, PLAN_A, kept)
     assert 120.0 - 31.0 > fetch > 40.0 - 31.0  # (about 25 s)
+    if notice_s == 120.0:  # the state fetched waits in host memory
+        read += host_copy_time(instance, PLAN_C, costs)
     assert (restart.start_s, restart.end_s) == (change, pytest.approx(
         change + read + costs.switch_s))
 
