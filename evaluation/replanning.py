@@ -55,6 +55,7 @@ from formulation.run_costs import (
     DEFAULT_COSTS,
     MID_STEP_BYTES_PER_PARAM,
     RunCosts,
+    kept_share,
     migration_bytes,
     migration_time,
     restore_time,
@@ -264,10 +265,8 @@ class ReplanningPolicy:
             # let the announced change stop the plan and restart on ``new``, prepared
             # meanwhile: the stages that stay read their state from host memory (the
             # estimate reads the whole state: a fetch ahead may leave less)
-            used = plan.gpus_by_domain(state.num_domains)
-            kept = np.minimum(used, state.free_gpus) / np.maximum(used, 1)
-            stop = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan, kept) \
-                + self.costs.switch_s
+            stop = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan,
+                                kept_share(plan, state.free_gpus)) + self.costs.switch_s
             scored.append((stop <= self.settings.max_stop_s,
                            rate(state, new) * max(0.0, self.settings.payback_s - stop), plan))
         # within the stop bound if any candidate is (a plan that must go may exceed it)

@@ -126,15 +126,22 @@ def storage_time(instance: Instance, plan: Plan, costs: RunCosts,
     return float(per_domain.max()) / (costs.storage_gbps * GBIT)
 
 
+def kept_share(plan: Plan, free: np.ndarray) -> np.ndarray:
+    """Per domain, the share of ``plan``'s GPUs there within ``free`` (0 where it has
+    none): where fewer are free, the others were taken, with their nodes' memory."""
+    used = plan.gpus_by_domain(len(free))
+    return np.minimum(used, free) / np.maximum(used, 1)
+
+
 def restore_time(instance: Instance, plan: Plan, costs: RunCosts, per_param: float,
                  held: Plan | None = None, kept: np.ndarray | None = None) -> float:
     """Reading a checkpoint back into ``plan``'s stages. Where ``held``, the plan that took
     it, is given, its nodes kept their host-memory copy (the checkpoint's copy stage, kept
     until the next checkpoint is durable, as Gemini, SOSP'23, and DataStates-LLM keep
-    theirs) on ``kept`` of each domain's GPUs it used: a layer that stays in its domain
-    reads that share from host memory (every GPU at most its shard, at ``host_copy_gbps``)
-    and the rest from the store; a layer that moves, or every layer without ``held``,
-    reads it all from the store (``storage_gbps`` per domain)."""
+    theirs) on ``kept`` of each domain's GPUs it used (:func:`kept_share`): a layer that
+    stays in its domain reads that share from host memory (every GPU at most its shard, at
+    ``host_copy_gbps``) and the rest from the store; a layer that moves, or every layer
+    without ``held``, reads it all from the store (``storage_gbps`` per domain)."""
     cm = cost_model(instance)
     target = layer_domains(plan)
     params = np.full(len(target), cm.layer_params)

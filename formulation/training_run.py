@@ -114,6 +114,7 @@ from formulation.run_costs import (
     RUN_COST_RANGES,
     RunCosts,
     host_copy_time,
+    kept_share,
     migration_bytes,
     migration_time,
     restore_time,
@@ -635,9 +636,7 @@ class _Run:
         else:
             states = self.states
             first, last = states.index_at(checkpoint.captured_s), states.index_at(now)
-            free = states.free_gpus[first:last + 1].min(axis=0)
-            used = held.gpus_by_domain(self.instance.num_domains)
-            kept = np.minimum(used, free) / np.maximum(used, 1)
+            kept = kept_share(held, states.free_gpus[first:last + 1].min(axis=0))
         per_param = checkpoint.per_param
         if prepared_s is not None:
             fetched = max(prepared_s, checkpoint.state_durable_s) + restore_time(
