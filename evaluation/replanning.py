@@ -26,7 +26,9 @@ must go, one more is weighed the same way: keeping it, so that the change stops 
 the job restarts on the planner's plan, prepared during the notice
 (:mod:`formulation.training_run`), its stop estimated as the read of the whole state the
 running plan's host memory would not hold and the cut-over (no fetch ahead credited, and
-the work the change rolls back left out). Where no plan leaves the headroom, the
+the work the change rolls back left out; the plan is the planner's for the announced state,
+where the job restarts on its plan for the GPUs free both now and after the change, which
+may be smaller). Where no plan leaves the headroom, the
 planner is asked again without it.
 
 :class:`Oracle`: re-plans at every change with the exact engine, no headroom, for free

@@ -23,14 +23,17 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   the rest from the checkpoint store (``storage_gbps`` per domain). A plan that does not
   fit when it would start waits for the next change. Where a notice announced the change
   ``prepare_s`` or more ahead (load), the job knew it would stop: the policy was asked
-  then for the plan to restart on, in the announced state, and where its decision and
-  the preparation ended in time, that plan's stages were started while the old one
-  trained. The interruption then needs no detection and the restart no cold start, only
-  the cut-over (``switch_s``) after the read (:meth:`_Run.prepare_restart`); the prepared
-  stages fetch the weights and the optimizer's states of the checkpoint into host memory
-  meanwhile, once durable, so that where this ends in time only their copy to the GPUs
-  and the gradients of a checkpoint inside a step are left at the change (the store's
-  reads and writes share no bandwidth in this model).
+  then for the plan to restart on, in the announced state on the GPUs free both then and
+  after the change (:meth:`_Run.preparable`), and where its decision and the preparation
+  ended in time, that plan's stages were started while the old one trained. The
+  interruption then needs no detection and the restart no cold start, only the cut-over
+  (``switch_s``) after the read (:meth:`_Run.prepare_restart`); from the decision on, its
+  nodes fetch the weights and the optimizer's states of the checkpoint into host memory
+  (alongside the stages' start: a fetch needs no GPU), once durable, so that where this
+  ends in time only their copy to the GPUs and the gradients of a checkpoint inside a
+  step are left at the change (the store's reads and writes share no bandwidth in this
+  model). A restart reads back the state its step starts from, which the store holds: a
+  checkpoint inside that step writes the gradients alone.
 * **Planned switch.** A policy that returns a new plan while the old one runs pays its
   decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
   at the next step boundary after that the old plan stops (its pipeline is drained: steps
@@ -204,7 +207,7 @@ class _Run:
         # what they still hold of the checkpoint it rolled back to (:meth:`start`)
         self.stopped: Plan | None = None
         self.running_since = 0.0  # when the running plan started (launch, restart, switch)
-        # (plan, when, prepared by) a restart prepared during a notice of the interruption
+        # (plan, when, decided) a restart prepared during a notice of the interruption
         self.prepared: tuple[Plan, float, float] | None = None
         self.last_checkpoint = 0.0
         # whether a checkpoint has copied the state the step in progress started from (the
@@ -460,11 +463,12 @@ class _Run:
         else:
             self.seen = max(self.seen, point.time_s)
 
-    def ask(self, point: Point, plan: Plan | None, trigger: Trigger | None = None
-            ) -> Replan | None:
+    def ask(self, point: Point, plan: Plan | None, trigger: Trigger | None = None,
+            state: Instance | None = None) -> Replan | None:
+        """The policy's answer at ``point``, shown ``state`` (default: :meth:`observed`)."""
         trigger = trigger or point.trigger
-        answer = self.policy.observe(point.time_s, self.observed(point), plan, trigger,
-                                     point.effective_s)
+        answer = self.policy.observe(point.time_s, state or self.observed(point), plan,
+                                     trigger, point.effective_s)
         if answer is not None:
             self.record.decisions.append({
                 "time_s": point.time_s, "trigger": str(trigger),
@@ -482,6 +486,15 @@ class _Run:
             return self.state(point.time_s)
         return states.announced(states.index_at(point.time_s),
                                 states.index_at(point.effective_s))
+
+    def preparable(self, point: Point) -> Instance:
+        """The state a notice shows for a restart prepared from ``point``: the announced
+        one (:meth:`observed`) with the GPUs free both then and after the change (stages
+        start only on GPUs the job holds; those the change frees are other tenants' until
+        then)."""
+        announced = self.observed(point)
+        now = self.states.free_gpus[self.states.index_at(point.time_s)]
+        return announced.with_link_state(free_gpus=np.minimum(announced.free_gpus, now))
 
     def announced_fits(self, plan: Plan, now: float, effective: float) -> bool:
         """Whether ``plan`` fits the free GPUs a notice at ``now`` announces for
@@ -548,7 +561,7 @@ class _Run:
                 segment.rolled_back = True
         self.tokens = tokens
         self.pending = None
-        self.state_copied = False  # (a restart starts a step: it copies the state anew)
+        self.state_copied = False  # (until a restart has read it back)
         self.record.interruptions.append({
             "time_s": at, "cause": self.causes.get(at, "load"), "tokens_before": before,
             "tokens_lost": before - tokens, "tokens_in_progress": in_progress,
@@ -584,18 +597,23 @@ class _Run:
             return None
         self.add(now, ready, "stopped")
         self.last_checkpoint = ready
+        # the restart read the state the step (re)starts from out of the store, through
+        # host memory: the store holds it, so a checkpoint inside the step writes the
+        # gradients alone
+        self.state_copied = True
         self.stood_still(ready)
         return ready
 
     def prepare_restart(self, at: float, plan: Plan) -> Plan | None:
         """Where a notice announced the change at ``at`` that takes ``plan``'s GPUs, the
         job knew it would stop then: the policy was asked then (or when ``plan`` started,
-        if later) for the plan it restarts with, in the state announced then, and where
-        that decision and ``prepare_s`` ended by ``at`` on GPUs that stay free until
-        then, its stages were started while the old plan trained, as a planned switch's
-        are. The interruption then needs no detection, and
-        the restart no cold start: the cut-over (``switch_s``) after the checkpoint's
-        read, less what the prepared stages fetched meanwhile (:meth:`restore_time`).
+        if later) for the plan it restarts with, in the state announced then on the GPUs
+        it holds (:meth:`preparable`), and where that decision and ``prepare_s`` ended
+        by ``at`` on GPUs that stay free until then, its stages were started while the
+        old plan trained, as a planned switch's are. The interruption then needs no
+        detection, and the restart no cold start: the cut-over (``switch_s``) after the
+        checkpoint's read, less what the plan's nodes fetched from the decision on
+        (:meth:`restore_time`).
         Returns that plan where it fits at ``at`` (else the interruption is handled as an
         unannounced one), or None."""
         if self.causes.get(at) == "failure":
@@ -607,14 +625,15 @@ class _Run:
         asked = max(notice, self.running_since)  # (a plan started after the notice: then)
         if asked + self.costs.prepare_s > at:
             return None
-        answer = self.ask(Point(asked, Trigger.INTERRUPTED, at), plan)
+        announced = Point(asked, Trigger.INTERRUPTED, at)
+        answer = self.ask(announced, plan, state=self.preparable(announced))
         if answer is None or answer.plan is None:
             return None
         ready = asked + answer.charged_s + self.costs.prepare_s
         # its stages start on GPUs free from then on (the old plan's, shared meanwhile)
         if ready > at or self.lost_at(answer.plan, ready, at) is not None:
             return None
-        self.prepared = (answer.plan, at, ready)
+        self.prepared = (answer.plan, at, asked + answer.charged_s)
         return answer.plan
 
     def restore_time(self, now: float, plan: Plan, prepared_s: float | None = None) -> float:
@@ -624,11 +643,12 @@ class _Run:
         ran since (no switch or restart since), less the GPUs of each domain taken at any
         time since it was captured (a failure, other tenants' load: their nodes' memory
         goes with them).
-        Stages prepared by ``prepared_s`` fetch the weights and the optimizer's states
-        meanwhile into host memory, once durable: where that ends by ``now``, only their
-        copy to the GPUs and the gradients of a checkpoint inside a step are left (a
-        step's state holds still until its end, so it is the state the step started
-        from)."""
+        A restart prepared on a decision at ``prepared_s``: its nodes fetch the weights
+        and the optimizer's states from then into host memory, once durable (a fetch
+        needs no GPU, so it runs alongside the stages' start): where that ends by
+        ``now``, only their copy to the GPUs and the gradients of a checkpoint inside a
+        step are left (a step's state holds still until its end, so it is the state the
+        step started from)."""
         checkpoint = self.durable[-1]
         held, kept = checkpoint.plan, None
         if held is None or held != self.stopped or checkpoint.captured_s < self.running_since:

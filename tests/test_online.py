@@ -552,20 +552,55 @@ def test_a_restart_is_prepared_only_from_when_the_interrupted_plan_started(hand_
                                                 abs=1e-3)
 
 
-@pytest.mark.parametrize("notice_s", [120.0, 40.0])
+def test_a_restart_is_prepared_on_the_gpus_free_both_before_and_after_the_change(
+        hand_instance):
+    """Other tenants hold 24 of alpha's 32 free GPUs until 150 s, when they free them and
+    load takes beta's, announced at 30 s. The policy is asked at the notice for the plan
+    to restart on, shown the GPUs free both now and after the change (alpha 8, beta 4,
+    gamma 32; the announced state has alpha 32): it answers PLAN_B (alpha and gamma),
+    whose stages start on GPUs the job holds, so the change stops training for the
+    cut-over alone. Shown alpha's 32, it would answer PLAN_C (16 of alpha's GPUs), which
+    could not be prepared on the 8 alpha has until then."""
+
+    class ByAlpha(Scripted):
+        shown: list
+
+        def observe(self, now, state, plan, trigger, deadline_s=None):
+            if trigger is Trigger.INTERRUPTED:
+                self.shown.append(state.free_gpus.tolist())
+                return Replan(PLAN_C if state.free_gpus[0] >= 16 else PLAN_B, 1.0, 0.0)
+            return super().observe(now, state, plan, trigger, deadline_s)
+
+    policy = ByAlpha(PLAN_A)
+    policy.shown = []
+    costs = dataclasses.replace(FAST, load_notice_s=120.0)
+    record = simulate_run(hand_instance, Scenario.of(300.0, [
+        Event(0.0, EventKind.LOAD, 0, value=0.25), Event(150.0, EventKind.LOAD, 0, value=1.0),
+        Event(150.0, EventKind.LOAD, 1, value=0.25)]), policy, costs)
+    assert policy.shown == [[8, 4, 32]]
+    assert [d["time_s"] for d in record.decisions if d["trigger"] == "interrupted"] == [30.0]
+    (interruption,) = record.interruptions
+    assert interruption["resumed_s"] == pytest.approx(150.0 + costs.switch_s, abs=1e-3)
+    assert record.plans[_steps(record)[-1].plan] == PLAN_B
+
+
+@pytest.mark.parametrize(("notice_s", "prepare_s"), [(120.0, 30.0), (40.0, 30.0), (20.0, 10.0)])
 def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
-        hand_instance, notice_s):
+        hand_instance, notice_s, prepare_s):
     """3-minute steps; load takes beta inside the second step, announced ``notice_s``
     before; the policy restarts on alpha alone. The job checkpoints inside the step
     before the change (the state the step started from, durable since the checkpoint
-    after the first step, and the gradients). With 120 s, the stages prepared by 31 s
-    after the notice fetch that state into host memory meanwhile: at the change only its
-    copy to the GPUs and the gradients are left. With 40 s, the stages are ready 9 s
-    before the change, too late for that: the state is read with the gradients."""
+    after the first step, and the gradients). The plan's nodes fetch that state into host
+    memory from the decision on (1 s after the notice), alongside the stages' start
+    (``prepare_s``): the fetch (about 25 s) ends before the change with 120 s and with
+    40 s of notice (the stages alone are ready 9 s before it), and at the change only its
+    copy to the GPUs and the gradients are left. With 20 s (stages ready in 10 s), the
+    fetch would end 6 s after the change: the state is read with the gradients."""
     instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     change = step + 120.0
-    costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=notice_s)
+    costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=notice_s,
+                                prepare_s=prepare_s)
     costs = dataclasses.replace(costs, host_copy_gbps=costs.storage_gbps)
     policy = RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=60.0)
     record = simulate_run(instance, Scenario.of(change + 300.0, [
@@ -574,11 +609,12 @@ def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
     assert interruption["time_s"] == change and interruption["rolled_back_from_s"] > step
     (restart,) = [s for s in record.segments if s.kind == "stopped"]
     kept = np.array([1.0, 0.5, 1.0])  # (beta's layers all move to alpha: from the store)
-    per_param = GRADIENT_BYTES_PER_PARAM if notice_s == 120.0 else MID_STEP_BYTES_PER_PARAM
-    read = restore_time(instance, PLAN_C, costs, per_param, PLAN_A, kept)
     fetch = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM, PLAN_A, kept)
-    assert 120.0 - 31.0 > fetch > 40.0 - 31.0  # (about 25 s)
-    if notice_s == 120.0:  # the state fetched waits in host memory
+    assert 40.0 - 1.0 > fetch > 40.0 - 31.0 and fetch > 20.0 - 1.0  # (about 25 s)
+    fetched = notice_s - 1.0 > fetch
+    per_param = GRADIENT_BYTES_PER_PARAM if fetched else MID_STEP_BYTES_PER_PARAM
+    read = restore_time(instance, PLAN_C, costs, per_param, PLAN_A, kept)
+    if fetched:  # the state fetched waits in host memory
         read += host_copy_time(instance, PLAN_C, costs)
     assert (restart.start_s, restart.end_s) == (change, pytest.approx(
         change + read + costs.switch_s))
@@ -633,6 +669,40 @@ def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
                    and s.start_s >= interruption["time_s"] + 10.0)  # (failed for 10 s)
     assert restart.end_s - restart.start_s == pytest.approx(
         costs.restart_s + 20.0 + host_copy_time(instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM))
+
+
+def test_a_checkpoint_after_a_restart_writes_the_gradients_alone(hand_instance):
+    """3-minute steps, checkpoints every 60 s, a store that writes the state with the
+    gradients (16 bytes a parameter) in 20 s. beta fails for 10 s once the first
+    checkpoint inside the first step is durable; the job restarts PLAN_A from it. The
+    restart read back the state its step starts from, which the store holds: the next
+    checkpoint, inside that step, copies and writes the gradients alone (2 bytes, 2.5 s),
+    so that a second failure just after that write rolls back to it (with the state
+    written again, as before, it would roll back to the first)."""
+    instance = _long_steps(hand_instance)
+    step = simulated_step_time(instance, PLAN_A)
+    slot = step / (4096 // 2)
+    costs = _writing_in(instance, 20.0, MID_STEP_BYTES_PER_PARAM)
+    pause = host_copy_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    gradients = storage_time(instance, PLAN_A, costs, GRADIENT_BYTES_PER_PARAM)
+    first = math.ceil(60.0 / slot) * slot
+    failure = first + slot + host_copy_time(instance, PLAN_A, costs, MID_STEP_BYTES_PER_PARAM) \
+        + 20.0 + 1.0
+
+    def run(*failures):
+        return simulate_run(instance, Scenario.of(600.0, [
+            Event(t, EventKind.DOMAIN_FAILURE, 1, duration_s=10.0) for t in failures]),
+            Scripted(PLAN_A, 60.0), costs)
+
+    once = run(failure)
+    (interruption,) = once.interruptions
+    assert interruption["rolled_back_from_s"] == pytest.approx(first)
+    resumed = interruption["resumed_s"]
+    saves = [s for s in once.segments if s.kind == "checkpoint" and s.start_s > resumed]
+    after = resumed + math.ceil(60.0 / slot) * slot
+    assert (saves[0].start_s, saves[0].end_s) == pytest.approx((after, after + pause))
+    twice = run(failure, after + slot + pause + gradients + 1.0)
+    assert twice.interruptions[1]["rolled_back_from_s"] == pytest.approx(after)
 
 
 def test_a_state_copy_that_outlasts_its_step_stops_training_for_the_rest(hand_instance):
