@@ -52,7 +52,8 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   micro-batch boundary that leaves it time, and the micro-batches before it are kept (the
   run counts the rest of the step as the new plan's work at its rate). A switch that
   cannot be done by then does not replace one that can; if none is, the plan is
-  interrupted when the load takes its GPUs.
+  interrupted when the load takes its GPUs. A pending switch that no notice forces, to a
+  plan that a notice announces will lose GPUs, is called off.
 * **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary (inside
   a step longer than the interval, at a micro-batch boundary, as below, so that a failure
   loses at most the interval's work and the write), each once the last is durable: each
@@ -707,6 +708,15 @@ class _Run:
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
 
+    def drop_doomed_switch(self, point: Point) -> None:
+        """A pending switch that no notice forces, to a plan that the change the notice
+        ``point`` announces takes GPUs from, is called off: it would stop training to move
+        onto GPUs about to go, and the step it ends would be rolled back with them."""
+        pending = self.pending
+        if pending is not None and pending["cut_s"] is None \
+                and not self.announced_fits(pending["plan"], point.time_s, point.effective_s):
+            self.pending = None
+
     def cut(self, now: float, end: float, kept: float, plan: Plan
             ) -> tuple[float, Plan | None, bool]:
         """The pending switch, cutting the step in progress (``kept`` done before ``now``,
@@ -844,6 +854,8 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                 running = False
                 break
             else:
+                if point.trigger is Trigger.NOTICE:
+                    run.drop_doomed_switch(point)
                 answer = run.ask(point, plan)
                 if answer is not None and answer.plan is not None:
                     if answer.plan != plan:

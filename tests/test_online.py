@@ -823,6 +823,24 @@ class ByTime(Scripted):
         return None
 
 
+def test_a_switch_to_a_plan_an_announced_change_takes_gpus_from_is_called_off(hand_instance):
+    """3-minute steps; a timer at 50 s decides a switch to PLAN_B (alpha and gamma), due
+    at the first step's end. A notice at 100 s announces that load takes 26 of gamma's 32
+    GPUs at 220 s, which PLAN_B needs 8 of and PLAN_A none: the switch is called off (it
+    would move onto GPUs about to go, and the step before it would be rolled back with
+    them), and PLAN_A trains on uninterrupted."""
+    instance = _long_steps(hand_instance)
+    step = simulated_step_time(instance, PLAN_A)
+    assert 200.0 > step > 150.0
+    costs = dataclasses.replace(FAST, load_notice_s=120.0)
+    policy = Scripted(PLAN_A, timer_s=50.0, then=PLAN_B, notice_for=-1.0)
+    record = simulate_run(instance, Scenario.of(400.0, [
+        Event(220.0, EventKind.LOAD, 2, value=0.2)]), policy, costs)
+    assert policy.notices == [(100.0, 220.0)]
+    assert not record.switches and not record.interruptions
+    assert {record.plans[s.plan] for s in _steps(record)} == {PLAN_A}
+
+
 def test_a_switch_that_cannot_beat_the_change_does_not_replace_one_that_can(hand_instance):
     """gamma is loaded from 5 s, beta's load at 100 s is announced at 40 s (answered with
     alpha alone) and gamma's return at 130 s at 70 s (answered with a plan on gamma's
