@@ -32,8 +32,12 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   (alongside the stages' start: a fetch needs no GPU), once durable, so that where this
   ends in time only their copy to the GPUs and the gradients of a checkpoint inside a
   step are left at the change (the store's reads and writes share no bandwidth in this
-  model). A restart reads back the state its step starts from, which the store holds: a
-  checkpoint inside that step writes the gradients alone.
+  model, nor the fetch host memory and PCIe with the old plan's checkpoints; after the
+  change the policy is shown the GPUs it freed). A restart reads back the state its step
+  starts from, which the store holds: a checkpoint inside that step writes the gradients
+  alone. The read lands in host memory, where it serves as that checkpoint's copy of the
+  state (a restore through host memory, as torch.distributed.checkpoint loads; one
+  straight to the GPUs, with GPUDirect Storage, would leave none).
 * **Planned switch.** A policy that returns a new plan while the old one runs pays its
   decision time and ``prepare_s`` (the new stages start) while the old plan keeps training;
   at the next step boundary after that the old plan stops (its pipeline is drained: steps
@@ -52,8 +56,9 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   micro-batch boundary that leaves it time, and the micro-batches before it are kept (the
   run counts the rest of the step as the new plan's work at its rate). A switch that
   cannot be done by then does not replace one that can; if none is, the plan is
-  interrupted when the load takes its GPUs. A pending switch that no notice forces, to a
-  plan that a notice announces will lose GPUs, is called off.
+  interrupted when the load takes its GPUs. No switch is made to a plan that an announced
+  change leaves short of GPUs no later than the running plan (one pending is called off
+  at the notice that tells it).
 * **Checkpoints** every ``checkpoint_interval_s`` of the policy, at a step boundary (inside
   a step longer than the interval, at a micro-batch boundary, as below, so that a failure
   loses at most the interval's work and the write), each once the last is durable: each
@@ -208,8 +213,9 @@ class _Run:
         # what they still hold of the checkpoint it rolled back to (:meth:`start`)
         self.stopped: Plan | None = None
         self.running_since = 0.0  # when the running plan started (launch, restart, switch)
-        # (plan, when, decided) a restart prepared during a notice of the interruption
-        self.prepared: tuple[Plan, float, float] | None = None
+        # (plan, when, decided, the free GPUs it was planned on) a restart prepared during a
+        # notice of the interruption
+        self.prepared: tuple[Plan, float, float, np.ndarray] | None = None
         self.last_checkpoint = 0.0
         # whether a checkpoint has copied the state the step in progress started from (the
         # weights and the optimizer's, which change only at its end): one after the step
@@ -590,7 +596,7 @@ class _Run:
         if prepared is not None and prepared[:2] == (plan, now):
             ready = now + self.restore_time(now, plan, prepared[2]) + self.costs.switch_s
         else:
-            ready = now + self.restore_time(now, plan) + self.costs.restart_s
+            ready, prepared = now + self.restore_time(now, plan) + self.costs.restart_s, None
         lost = self.breaks(plan, now, ready)
         if lost is not None and lost < self.horizon:
             self.add(now, lost, "stopped")
@@ -603,6 +609,10 @@ class _Run:
         # gradients alone
         self.state_copied = True
         self.stood_still(ready)
+        if prepared is not None and self.caught is None and ready < self.horizon \
+                and np.any(self.states.free_gpus[self.states.index_at(ready)] != prepared[3]):
+            # planned on the GPUs free before the change too: shown those the change freed
+            self.caught = Point(ready, Trigger.CHANGE)
         return ready
 
     def prepare_restart(self, at: float, plan: Plan) -> Plan | None:
@@ -627,14 +637,17 @@ class _Run:
         if asked + self.costs.prepare_s > at:
             return None
         announced = Point(asked, Trigger.INTERRUPTED, at)
-        answer = self.ask(announced, plan, state=self.preparable(announced))
+        shown = self.preparable(announced)
+        answer = self.ask(announced, plan, state=shown)
         if answer is None or answer.plan is None:
             return None
-        ready = asked + answer.charged_s + self.costs.prepare_s
-        # its stages start on GPUs free from then on (the old plan's, shared meanwhile)
-        if ready > at or self.lost_at(answer.plan, ready, at) is not None:
+        decided = asked + answer.charged_s
+        # its nodes fetch from the decision on, its stages start on GPUs free from then
+        # on (the old plan's, shared meanwhile)
+        if decided + self.costs.prepare_s > at \
+                or self.lost_at(answer.plan, decided, at) is not None:
             return None
-        self.prepared = (answer.plan, at, asked + answer.charged_s)
+        self.prepared = (answer.plan, at, decided, shown.free_gpus)
         return answer.plan
 
     def restore_time(self, now: float, plan: Plan, prepared_s: float | None = None) -> float:
@@ -690,11 +703,11 @@ class _Run:
             ready = min(ready, pending["ready_s"])
         if point.effective_s is not None and not self.fits(new, point.time_s):
             ready = max(ready, point.effective_s)  # it needs what the change frees
+        if self.doomed(point.time_s, new, plan):
+            return
         gone_by = self.first_loss(point.time_s, plan)  # the change it must beat
         cut = None
         if gone_by is not None:
-            if not self.announced_fits(new, point.time_s, gone_by):
-                return  # it would lose GPUs at that change too
             moves = migration_bytes(self.instance, plan, new, MID_STEP_BYTES_PER_PARAM)
             stop = migration_time(self.state(point.time_s), moves) \
                 + self.costs.switch_s  # the links as they are now
@@ -708,13 +721,27 @@ class _Run:
                         "info": {"event_s": point.time_s, "rate_before": rate,
                                  "trigger": str(point.trigger)}}
 
-    def drop_doomed_switch(self, point: Point) -> None:
-        """A pending switch that no notice forces, to a plan that the change the notice
-        ``point`` announces takes GPUs from, is called off: it would stop training to move
-        onto GPUs about to go, and the step it ends would be rolled back with them."""
+    def doomed(self, now: float, new: Plan, plan: Plan) -> bool:
+        """Whether a switch from ``plan`` to ``new`` at ``now`` would move onto GPUs that an
+        announced change (by the notices delivered by then) leaves ``new`` short of, no
+        later than one leaves ``plan`` short: it would stop training to move onto GPUs
+        about to go. (A plan that needs GPUs a change frees counts from that change.)"""
+        runs, lost = self.fits(new, now), None
+        for effective in self.changes_ahead(now):
+            if self.announced_fits(new, now, effective):
+                runs = True
+            elif runs:
+                lost = effective
+                break
+        gone_by = self.first_loss(now, plan)
+        return lost is not None and (gone_by is None or lost <= gone_by)
+
+    def drop_doomed_switch(self, point: Point, plan: Plan) -> None:
+        """At the notice ``point``: a pending switch from ``plan`` that no notice forces,
+        and that is now :meth:`doomed`, is called off."""
         pending = self.pending
         if pending is not None and pending["cut_s"] is None \
-                and not self.announced_fits(pending["plan"], point.time_s, point.effective_s):
+                and self.doomed(point.time_s, pending["plan"], plan):
             self.pending = None
 
     def cut(self, now: float, end: float, kept: float, plan: Plan
@@ -855,7 +882,7 @@ def simulate_run(instance: Instance, scenario: Scenario, policy: Policy,
                 break
             else:
                 if point.trigger is Trigger.NOTICE:
-                    run.drop_doomed_switch(point)
+                    run.drop_doomed_switch(point, plan)
                 answer = run.ask(point, plan)
                 if answer is not None and answer.plan is not None:
                     if answer.plan != plan:

@@ -560,19 +560,23 @@ def test_a_restart_is_prepared_on_the_gpus_free_both_before_and_after_the_change
     gamma 32; the announced state has alpha 32): it answers PLAN_B (alpha and gamma),
     whose stages start on GPUs the job holds, so the change stops training for the
     cut-over alone. Shown alpha's 32, it would answer PLAN_C (16 of alpha's GPUs), which
-    could not be prepared on the 8 alpha has until then."""
+    could not be prepared on the 8 alpha has until then. Once PLAN_B runs, the policy is
+    shown the GPUs the change freed."""
 
     class ByAlpha(Scripted):
         shown: list
+        changes: list
 
         def observe(self, now, state, plan, trigger, deadline_s=None):
             if trigger is Trigger.INTERRUPTED:
                 self.shown.append(state.free_gpus.tolist())
                 return Replan(PLAN_C if state.free_gpus[0] >= 16 else PLAN_B, 1.0, 0.0)
+            if trigger is Trigger.CHANGE:
+                self.changes.append((now, state.free_gpus.tolist()))
             return super().observe(now, state, plan, trigger, deadline_s)
 
     policy = ByAlpha(PLAN_A)
-    policy.shown = []
+    policy.shown, policy.changes = [], []
     costs = dataclasses.replace(FAST, load_notice_s=120.0)
     record = simulate_run(hand_instance, Scenario.of(300.0, [
         Event(0.0, EventKind.LOAD, 0, value=0.25), Event(150.0, EventKind.LOAD, 0, value=1.0),
@@ -582,6 +586,7 @@ def test_a_restart_is_prepared_on_the_gpus_free_both_before_and_after_the_change
     (interruption,) = record.interruptions
     assert interruption["resumed_s"] == pytest.approx(150.0 + costs.switch_s, abs=1e-3)
     assert record.plans[_steps(record)[-1].plan] == PLAN_B
+    assert policy.changes == [(pytest.approx(150.0 + costs.switch_s, abs=1e-3), [32, 4, 32])]
 
 
 @pytest.mark.parametrize(("notice_s", "prepare_s"), [(120.0, 30.0), (40.0, 30.0), (20.0, 10.0)])
@@ -823,17 +828,19 @@ class ByTime(Scripted):
         return None
 
 
-def test_a_switch_to_a_plan_an_announced_change_takes_gpus_from_is_called_off(hand_instance):
-    """3-minute steps; a timer at 50 s decides a switch to PLAN_B (alpha and gamma), due
-    at the first step's end. A notice at 100 s announces that load takes 26 of gamma's 32
-    GPUs at 220 s, which PLAN_B needs 8 of and PLAN_A none: the switch is called off (it
-    would move onto GPUs about to go, and the step before it would be rolled back with
-    them), and PLAN_A trains on uninterrupted."""
+@pytest.mark.parametrize("timer_s", [50.0, 110.0])
+def test_a_switch_to_a_plan_an_announced_change_takes_gpus_from_is_called_off(hand_instance,
+                                                                              timer_s):
+    """3-minute steps; a notice at 100 s announces that load takes 26 of gamma's 32 GPUs
+    at 220 s, which PLAN_B (alpha and gamma) needs 8 of and PLAN_A none. A switch to
+    PLAN_B decided on a timer at 50 s, due at the first step's end, is called off at the
+    notice (it would move onto GPUs about to go); one decided at 110 s is not made. PLAN_A
+    trains on uninterrupted."""
     instance = _long_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     assert 200.0 > step > 150.0
     costs = dataclasses.replace(FAST, load_notice_s=120.0)
-    policy = Scripted(PLAN_A, timer_s=50.0, then=PLAN_B, notice_for=-1.0)
+    policy = Scripted(PLAN_A, timer_s=timer_s, then=PLAN_B, notice_for=-1.0)
     record = simulate_run(instance, Scenario.of(400.0, [
         Event(220.0, EventKind.LOAD, 2, value=0.2)]), policy, costs)
     assert policy.notices == [(100.0, 220.0)]
