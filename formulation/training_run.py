@@ -151,6 +151,16 @@ class _Checkpoint:
 
 
 @dataclasses.dataclass(frozen=True)
+class _PreparedRestart:
+    """A restart prepared during a notice of the interruption (:meth:`_Run.prepare_restart`)."""
+
+    plan: Plan
+    at_s: float  # the change it restarts at
+    decided_s: float  # when its nodes began to fetch the checkpoint
+    free_gpus: np.ndarray  # the GPUs it was planned on (free before and after the change)
+
+
+@dataclasses.dataclass(frozen=True)
 class _SaveCost:
     """What a checkpoint inside the step in progress costs (:meth:`_Run.save_point`)."""
 
@@ -213,9 +223,7 @@ class _Run:
         # what they still hold of the checkpoint it rolled back to (:meth:`start`)
         self.stopped: Plan | None = None
         self.running_since = 0.0  # when the running plan started (launch, restart, switch)
-        # (plan, when, decided, the free GPUs it was planned on) a restart prepared during a
-        # notice of the interruption
-        self.prepared: tuple[Plan, float, float, np.ndarray] | None = None
+        self.prepared: _PreparedRestart | None = None
         self.last_checkpoint = 0.0
         # whether a checkpoint has copied the state the step in progress started from (the
         # weights and the optimizer's, which change only at its end): one after the step
@@ -593,8 +601,8 @@ class _Run:
         None if it loses GPUs meanwhile (then nothing is lost: nothing ran; returns with
         ``self.seen`` at that change, which the policy is shown)."""
         prepared, self.prepared = self.prepared, None
-        if prepared is not None and prepared[:2] == (plan, now):
-            ready = now + self.restore_time(now, plan, prepared[2]) + self.costs.switch_s
+        if prepared is not None and (prepared.plan, prepared.at_s) == (plan, now):
+            ready = now + self.restore_time(now, plan, prepared.decided_s) + self.costs.switch_s
         else:
             ready, prepared = now + self.restore_time(now, plan) + self.costs.restart_s, None
         lost = self.breaks(plan, now, ready)
@@ -610,7 +618,8 @@ class _Run:
         self.state_copied = True
         self.stood_still(ready)
         if prepared is not None and self.caught is None and ready < self.horizon \
-                and np.any(self.states.free_gpus[self.states.index_at(ready)] != prepared[3]):
+                and np.any(self.states.free_gpus[self.states.index_at(ready)]
+                           != prepared.free_gpus):
             # planned on the GPUs free before the change too: shown those the change freed
             self.caught = Point(ready, Trigger.CHANGE)
         return ready
@@ -647,7 +656,7 @@ class _Run:
         if decided + self.costs.prepare_s > at \
                 or self.lost_at(answer.plan, decided, at) is not None:
             return None
-        self.prepared = (answer.plan, at, decided, shown.free_gpus)
+        self.prepared = _PreparedRestart(answer.plan, at, decided, shown.free_gpus)
         return answer.plan
 
     def restore_time(self, now: float, plan: Plan, prepared_s: float | None = None) -> float:
@@ -683,9 +692,15 @@ class _Run:
 
     def first_loss(self, now: float, plan: Plan) -> float | None:
         """The first change after ``now`` that a notice delivered by then announces to take
-        ``plan``'s GPUs (by what is known at ``now``), or None."""
-        return next((effective for effective in self.changes_ahead(now)
-                     if not self.announced_fits(plan, now, effective)), None)
+        ``plan``'s GPUs (by what is known at ``now``), or None. A plan that does not fit
+        now counts from the first announced change that gives it its GPUs."""
+        runs = self.fits(plan, now)
+        for effective in self.changes_ahead(now):
+            if self.announced_fits(plan, now, effective):
+                runs = True
+            elif runs:
+                return effective
+        return None
 
     def plan_switch(self, point: Point, plan: Plan, answer: Replan, rate: float) -> None:
         """A switch to ``answer.plan`` decided at ``point``, pending until prepared. Where
@@ -725,15 +740,8 @@ class _Run:
         """Whether a switch from ``plan`` to ``new`` at ``now`` would move onto GPUs that an
         announced change (by the notices delivered by then) leaves ``new`` short of, no
         later than one leaves ``plan`` short: it would stop training to move onto GPUs
-        about to go. (A plan that needs GPUs a change frees counts from that change.)"""
-        runs, lost = self.fits(new, now), None
-        for effective in self.changes_ahead(now):
-            if self.announced_fits(new, now, effective):
-                runs = True
-            elif runs:
-                lost = effective
-                break
-        gone_by = self.first_loss(now, plan)
+        about to go (:meth:`first_loss`)."""
+        lost, gone_by = self.first_loss(now, new), self.first_loss(now, plan)
         return lost is not None and (gone_by is None or lost <= gone_by)
 
     def drop_doomed_switch(self, point: Point, plan: Plan) -> None:
