@@ -1,7 +1,7 @@
 """Re-planning policies through dynamic scenarios: the online evaluation (issue 17).
 
     python -m evaluation.online [--suite quick|bench|full|DIR] [--hours H | --scenario FILE]
-        [--policies KIND[:PLANNER] ...] [--planners NAME ...] [--seed S]
+        [--policies KIND[:PLANNER] ...] [--planners NAME ...] [--seed S] [--costs FILE]
         [--out DIR] [--workers N] [--scheduler ADDRESS] [--match TEXT] [--quiet]
         [method flags: --checkpoint, --generations, ...]
 
@@ -9,7 +9,9 @@ For every instance of the suite, a scenario of the sponsor's dynamics over ``--h
 (:func:`instances.scenarios.generate_scenario`, ``--seed``; or ``--scenario FILE``, a
 recorded one, for a one-instance suite) is run by every policy (:mod:`evaluation.replanning`:
 each kind of ``--policies`` with each planner of ``--planners``, or ``KIND:PLANNER``
-items) and by the oracle, through the run simulator (:mod:`formulation.training_run`).
+items) and by the oracle, through the run simulator (:mod:`formulation.training_run`), at
+the default costs of a change or a cluster's own (``--costs FILE``: some of the fields of
+:class:`formulation.run_costs.RunCosts` as a JSON object).
 One instance is one work unit, run in a local process pool (``--workers``) or on a Dask
 cluster (``--scheduler``): the same numbers either way (the measured decision latencies
 aside). Written into ``--out`` (default ``results-online/``): ``runs`` (instance x policy)
@@ -164,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
                              "(a one-instance suite: use --match)")
     parser.add_argument("--seed", type=SEED, default=0,
                         help="one seed of the drawn scenarios (default 0)")
+    parser.add_argument("--costs", type=Path, default=None,
+                        help="what changes cost on your cluster: a JSON object of some of "
+                             "formulation.run_costs.RunCosts's fields, e.g. {\"storage_gbps\": "
+                             "100, \"load_notice_s\": 30} (default: its defaults)")
     add_where_arguments(parser, "results-online")
     parser.add_argument("--match", action="append", default=[],
                         help="only instances whose name contains this (repeatable)")
@@ -245,7 +251,8 @@ def evaluate_online(args: argparse.Namespace) -> int:
     option_inputs = [path for o in options.values() for path in o.inputs()]
     asked = Path(args.suite)
     inputs = [asked if asked.is_dir() else SUITES_DIR / args.suite, args.scenario,
-              *option_inputs]
+              args.costs, *option_inputs]
+    costs = DEFAULT_COSTS if args.costs is None else RunCosts.load(args.costs)
     out = output_directory(args.out, inputs=inputs)
     paths = _instances(args)
     if args.scenario is not None and len(paths) != 1:
@@ -262,11 +269,12 @@ def evaluate_online(args: argparse.Namespace) -> int:
         names[instance.name] = path
         scenario = Scenario.load(args.scenario, instance) if args.scenario is not None \
             else generate_scenario(instance, args.seed, ScenarioSettings(hours=args.hours))
-        costs = DEFAULT_COSTS
         try:  # the run samples the scenario every trace_interval_s
             scenario.samples(costs.trace_interval_s)
         except InputError as err:
-            raise InputError(f"{args.scenario or instance.name}: {err}") from None
+            source = "" if args.costs is None else \
+                f" (trace_interval_s of costs {str(args.costs)!r})"
+            raise InputError(f"{args.scenario or instance.name}: {err}{source}") from None
         if args.scenario is not None:
             args.hours = scenario.horizon_s / 3600.0  # what the report says was run
         units.append(OnlineUnit(read_json(path, "instance"), scenario.to_dict(),
@@ -354,6 +362,7 @@ def _write(results: list[dict], units: list[OnlineUnit], args: argparse.Namespac
     provenance = {"command": command_line("evaluation.online"), "versions": versions(),
                   "suite": args.suite, "hours": args.hours, "seed": args.seed,
                   "scenario": None if args.scenario is None else str(args.scenario),
+                  "costs_file": None if args.costs is None else str(args.costs),
                   "policies": [f"{k}:{p}" for k, p in units[0].policies],
                   "settings": asdict(units[0].settings), "costs": asdict(units[0].costs),
                   "options": {name: asdict(o) for name, o in units[0].options.items()},

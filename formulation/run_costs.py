@@ -9,7 +9,9 @@ those gradients alone (``GRADIENT_BYTES_PER_PARAM``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from formulation.costmodel import BYTES_PER_VALUE, GBIT, PERSISTENT_BYTES_PER_PA
 from formulation.evaluator import cost_model
 from formulation.instance import Instance
 from formulation.plan import Plan
+from formulation.schema import InputError, Reader, check_ranges, read_json
 
 # a checkpoint inside a step, or a switch that cuts one: the persistent state and the bf16
 # gradients accumulated over the step's micro-batches done (what the rest of the step adds
@@ -54,6 +57,25 @@ class RunCosts:
     @property
     def detection_s(self) -> float:
         return self.heartbeat_s * self.missed_heartbeats
+
+    @staticmethod
+    def load(path: str | Path) -> RunCosts:
+        """A JSON object of some of the fields, e.g. ``{"storage_gbps": 100,
+        "load_notice_s": 30}``, the others at their defaults: a cluster's own costs. A bad
+        file is one :class:`~formulation.schema.InputError` naming it and the field."""
+        where = f"costs {str(path)!r}"
+        try:
+            reader = Reader(read_json(path, "costs"), "")
+            fields = {f.name: reader.raw(f.name) for f in dataclasses.fields(RunCosts)
+                      if reader.has(f.name)}
+            reader.finish()
+            costs = RunCosts(**fields)
+            check_ranges(costs, RUN_COST_RANGES)
+        except InputError as err:
+            message = str(err)
+            raise InputError(message if str(path) in message else f"{where}: {message}") \
+                from None
+        return costs
 
 
 DEFAULT_COSTS = RunCosts()

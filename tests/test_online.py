@@ -1133,3 +1133,45 @@ def test_state_series_by_hand(hand_instance):
 def test_cost_model_state_bytes_unchanged(cost: CostModel):
     """The named byte counts give the ZeRO-1 figure they replaced (the hand instance)."""
     assert cost.state_bytes_per_param(1, 4) == (16.0 - 12.0) + 12.0 / 4
+
+
+@pytest.mark.parametrize(("document", "needle"), [
+    ('{"storage_gbps": 0}', "storage_gbps must be"),
+    ('{"restart_s": "1 min"}', "restart_s must be a number"),
+    ('{"missed_heartbeats": 2.5}', "missed_heartbeats must be an integer"),
+    ('{"storage_gbs": 100}', "storage_gbs is not a known field"),
+    ('[{"storage_gbps": 100}]', "must be an object"),
+    ('{"storage_gbps": 100,}', "is not valid JSON"),
+    ('{"trace_interval_s": 0.001}', "trace_interval_s"),
+])
+def test_bad_costs_are_one_line_naming_the_file(tmp_path: Path, document: str, needle: str):
+    costs = tmp_path / "costs.json"
+    costs.write_text(document)
+    done = run_module("evaluation.online", "--suite", "quick", "--match", "cn-hubs-k6",
+                      "--costs", costs, "--out", tmp_path / "o", "--quiet")
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and str(costs) in line and needle in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_costs_file_sets_the_costs_of_every_run(tmp_path: Path):
+    """Fields a costs file names replace the defaults (the others stay), and the runs pay
+    them: with no reclaim notice, no decision is made on one."""
+    costs = tmp_path / "costs.json"
+    costs.write_text('{"load_notice_s": 0, "storage_gbps": 100}')
+    triggers = {}
+    for name, extra in (("default", []), ("own", ["--costs", costs])):
+        out = tmp_path / name
+        done = run_module("evaluation.online", "--suite", "quick", "--match", "cn-hubs-k6",
+                          "--hours", "1", "--policies", "event:greedy", "--out", out,
+                          "--quiet", *extra)
+        assert done.returncode == 0, done.stderr
+        records = json.loads((out / "records.json").read_text())
+        triggers[name] = {d["trigger"] for result in records["results"]
+                          for log in result["logs"].values() for d in log["decisions"]}
+        provenance = records["provenance"]
+    assert provenance["costs"] == dataclasses.asdict(
+        RunCosts(load_notice_s=0.0, storage_gbps=100.0))
+    assert provenance["costs_file"] == str(costs)
+    assert "notice" in triggers["default"] and "notice" not in triggers["own"]
