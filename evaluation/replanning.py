@@ -24,11 +24,13 @@ it pays for itself, and only where it stops training at most ``max_stop_s``, unl
 running plan must go and no candidate is that quick. On a notice that the running plan
 must go, one more is weighed the same way: keeping it, so that the change stops it and
 the job restarts on the planner's plan, prepared during the notice
-(:mod:`formulation.training_run`), its stop estimated as the read of the whole state the
-running plan's host memory would not hold and the cut-over (no fetch ahead credited, and
-the work the change rolls back left out; the plan is the planner's for the announced state,
-where the job restarts on its plan for the GPUs free both now and after the change, which
-may be smaller). Where no plan leaves the headroom, the
+(:mod:`formulation.training_run`), its stop estimated as the run charges it: where the
+plan's nodes can fetch the weights and the optimizer's states during the notice (after the
+running plan's state is written), their copy to the GPUs and the read of the gradients,
+else the read of the whole state, from host memory where a layer stays and from the store
+otherwise; then the cut-over (the work the change rolls back left out; the plan is the
+planner's for the announced state, where the job restarts on its plan for the GPUs free
+both now and after the change, which may be smaller). Where no plan leaves the headroom, the
 planner is asked again without it.
 
 :class:`Oracle`: re-plans at every change with the exact engine, no headroom, for free
@@ -50,17 +52,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluation.methods import METHODS, REFERENCE, MethodOptions
+from formulation.costmodel import PERSISTENT_BYTES_PER_PARAM
 from formulation.evaluator import evaluate_plans
 from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.run_costs import (
     DEFAULT_COSTS,
+    GRADIENT_BYTES_PER_PARAM,
     MID_STEP_BYTES_PER_PARAM,
     RunCosts,
+    host_copy_time,
     kept_share,
     migration_bytes,
     migration_time,
     restore_time,
+    storage_time,
 )
 from formulation.run_record import Replan, Trigger
 
@@ -265,15 +271,33 @@ class ReplanningPolicy:
         if must_go and new is not None and new != plan \
                 and self.planner.bound_s + self.costs.prepare_s <= time_left < math.inf:
             # let the announced change stop the plan and restart on ``new``, prepared
-            # meanwhile: the stages that stay read their state from host memory (the
-            # estimate reads the whole state: a fetch ahead may leave less)
-            stop = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan,
-                                kept_share(plan, state.free_gpus)) + self.costs.switch_s
+            # meanwhile: the stages that stay read their state from host memory
+            stop = self._prepared_restart_stop(state, plan, new, time_left)
             scored.append((stop <= self.settings.max_stop_s,
                            rate(state, new) * max(0.0, self.settings.payback_s - stop), plan))
         # within the stop bound if any candidate is (a plan that must go may exceed it)
         best = max(scored, key=lambda item: item[:2], default=(True, 0.0, plan))[2]
         return best, seconds + time.perf_counter() - started - spent
+
+    def _prepared_restart_stop(self, state: Instance, plan: Plan, new: Plan,
+                               time_left: float) -> float:
+        """The stop of a restart on ``new`` that the announced change forces, prepared from
+        the decision on (:mod:`formulation.training_run`): where the running plan's state
+        can be written to the store and the nodes' fetch of it (from the store, or host
+        memory where a layer stays) end within ``time_left`` after the decision, only
+        their copy to the GPUs and the gradients of a checkpoint inside the step are left
+        at the change; else the whole read. The cut-over follows. (The fetch begins once
+        the state is durable; the write counted is that of a checkpoint taken at the
+        decision, the store's other writes left out.)"""
+        kept = kept_share(plan, state.free_gpus)
+        fetch = storage_time(state, plan, self.costs) \
+            + restore_time(state, new, self.costs, PERSISTENT_BYTES_PER_PARAM, plan, kept)
+        if self.planner.bound_s + fetch <= time_left:
+            read = host_copy_time(state, new, self.costs) + restore_time(
+                state, new, self.costs, GRADIENT_BYTES_PER_PARAM, plan, kept)
+        else:
+            read = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan, kept)
+        return read + self.costs.switch_s
 
     def observe(self, now: float, state: Instance, plan: Plan | None, trigger: Trigger,
                 deadline_s: float | None = None) -> Replan | None:

@@ -34,6 +34,7 @@ from formulation.run_costs import (
     MID_STEP_BYTES_PER_PARAM,
     RunCosts,
     host_copy_time,
+    kept_share,
     migration_bytes,
     migration_time,
     restore_time,
@@ -962,26 +963,35 @@ def test_a_notice_tells_the_announced_load_not_a_failure_meanwhile(hand_instance
                       * record.tokens_per_step)
 
 
-@pytest.mark.parametrize("storage_gbps, restarts", [
-    (1e6, True),  # the restart stops training for the cut-over alone: it pays
-    (1.0, False)])  # beta's layers read into alpha: past the 20 s stop bound, resize
+@pytest.mark.parametrize("storage_gbps, time_left, restarts", [
+    (1e6, 120.0, True),  # the restart stops training for the cut-over alone: it pays
+    (1.0, 120.0, False),  # beta's layers read into alpha: past the 20 s stop bound, resize
+    (None, 120.0, True),  # their write and fetch end in the notice: the gradients are left
+    (None, 50.0, False)])  # they cannot: the whole read is left, past the bound
 def test_on_a_notice_a_policy_weighs_a_prepared_restart_against_a_switch(
-        hand_instance, monkeypatch, storage_gbps, restarts):
+        hand_instance, monkeypatch, storage_gbps, time_left, restarts):
     """A notice: the load will leave beta 4 free GPUs, PLAN_A must go. The planner's plan
     (PLAN_C, alpha alone) is past the stop bound over the WAN, so a switch can only
-    resize PLAN_A in place (beta's stage narrower). Letting the change stop PLAN_A and restarting on
-    PLAN_C, prepared during the notice, costs the read of beta's layers from the store
-    (alpha's come from host memory) and the cut-over: the policy keeps PLAN_A for that
-    where it trains more within the payback time."""
+    resize PLAN_A in place (beta's stage narrower). Letting the change stop PLAN_A and
+    restarting on PLAN_C, prepared during the notice, costs the read of beta's layers from
+    the store (alpha's come from host memory) and the cut-over; where the plan's nodes
+    fetch the weights and the optimizer's states within the notice (as the run does), only
+    their copy to the GPUs and the gradients are read at the change (the fetch waits for
+    PLAN_A's state to be written). The policy keeps PLAN_A for that where it trains more
+    within the payback time. (None: a store that fetches beta's state in 40 s.)"""
+    announced = hand_instance.with_link_state(free_gpus=np.array([32, 4, 32]))
+    kept = kept_share(PLAN_A, announced.free_gpus)
+    if storage_gbps is None:
+        storage_gbps = restore_time(announced, PLAN_C, dataclasses.replace(
+            FAST, storage_gbps=1.0), PERSISTENT_BYTES_PER_PARAM, PLAN_A, kept) / 40.0
     costs = dataclasses.replace(FAST, storage_gbps=storage_gbps)
     planner = Planner("greedy", METHODS["greedy"].options_type())
     monkeypatch.setattr(planner, "decide", lambda state: (PLAN_C, 0.0, 0.0))
     policy = ReplanningPolicy("event", planner, costs=costs)
     policy.observe(0.0, hand_instance, None, Trigger.START)
-    announced = hand_instance.with_link_state(free_gpus=np.array([32, 4, 32]))
     resized = resize_in_place(announced, PLAN_A)
     assert resized is not None and rate(announced, PLAN_C) > rate(announced, resized)
-    answer = policy.observe(10.0, announced, PLAN_A, Trigger.NOTICE, 130.0)
+    answer = policy.observe(10.0, announced, PLAN_A, Trigger.NOTICE, 10.0 + time_left)
     assert answer.plan == (PLAN_A if restarts else resized)
 
 
