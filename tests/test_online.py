@@ -1117,12 +1117,19 @@ def test_a_bad_scenario_is_one_line_naming_the_file(tmp_path: Path, horizon, eve
     scenario = tmp_path / "s.json"
     scenario.write_text(json.dumps({"schema": "xdsched.scenario/1", "horizon_s": horizon,
                                     "events": events}))
+    assert needle in _refused_naming(tmp_path, "--scenario", scenario)
+
+
+def _refused_naming(tmp_path: Path, flag: str, path: Path) -> str:
+    """The one line a run with a bad ``flag`` file is refused with: it names the file, and
+    no output is left."""
     done = run_module("evaluation.online", "--suite", "quick", "--match", "cn-hubs-k6",
-                      "--scenario", scenario, "--out", tmp_path / "o", "--quiet")
+                      flag, path, "--out", tmp_path / "o", "--quiet")
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip()
-    assert "\n" not in line and str(scenario) in line and needle in line, line
+    assert "\n" not in line and str(path) in line, line
     assert not (tmp_path / "o").exists()
+    return line
 
 
 def test_state_series_by_hand(hand_instance):
@@ -1157,12 +1164,7 @@ def test_cost_model_state_bytes_unchanged(cost: CostModel):
 def test_bad_costs_are_one_line_naming_the_file(tmp_path: Path, document: str, needle: str):
     costs = tmp_path / "costs.json"
     costs.write_text(document)
-    done = run_module("evaluation.online", "--suite", "quick", "--match", "cn-hubs-k6",
-                      "--costs", costs, "--out", tmp_path / "o", "--quiet")
-    assert done.returncode == 2, done.stderr
-    line = done.stderr.strip()
-    assert "\n" not in line and str(costs) in line and needle in line, line
-    assert not (tmp_path / "o").exists()
+    assert needle in _refused_naming(tmp_path, "--costs", costs)
 
 
 def test_a_costs_file_sets_the_costs_of_every_run(tmp_path: Path):
