@@ -24,13 +24,16 @@ it pays for itself, and only where it stops training at most ``max_stop_s``, unl
 running plan must go and no candidate is that quick. On a notice that the running plan
 must go, one more is weighed the same way: keeping it, so that the change stops it and
 the job restarts on the planner's plan, prepared during the notice
-(:mod:`formulation.training_run`), its stop estimated as the run charges it: where the
-plan's nodes can fetch the weights and the optimizer's states during the notice (after the
-running plan's state is written), their copy to the GPUs and the read of the gradients,
-else the read of the whole state, from host memory where a layer stays and from the store
-otherwise; then the cut-over (the work the change rolls back left out; the plan is the
-planner's for the announced state, where the job restarts on its plan for the GPUs free
-both now and after the change, which may be smaller). Where no plan leaves the headroom, the
+(:mod:`formulation.training_run`), its stop estimated as the run charges it where the
+state it reads is written once: where the plan's nodes can fetch the weights and the
+optimizer's states during the notice (after the running plan's state is written), their
+copy to the GPUs and the read of the gradients, else the read of the whole state, from
+host memory where a layer stays and from the store otherwise; then the cut-over. (It is
+optimistic where steps end inside the notice: the job checkpoints at each step boundary
+before the change, and the fetch counts only if it has read the last one's state by the
+change. The work the change rolls back is left out; the plan is the planner's for the
+announced state, where the job restarts on its plan for the GPUs free both now and after
+the change, which may be smaller.) Where no plan leaves the headroom, the
 planner is asked again without it.
 
 :class:`Oracle`: re-plans at every change with the exact engine, no headroom, for free
@@ -288,7 +291,10 @@ class ReplanningPolicy:
         their copy to the GPUs and the gradients of a checkpoint inside the step are left
         at the change; else the whole read. The cut-over follows. (The fetch begins once
         the state is durable; the write counted is that of a checkpoint taken at the
-        decision, the store's other writes left out.)"""
+        decision, its copy to host memory, the wait for its step boundary and the store's
+        other writes left out. Where steps end inside the notice, the run checkpoints the
+        new state at each boundary and credits the fetch only if it has read the last
+        one's by the change: there this estimate is optimistic.)"""
         kept = kept_share(plan, state.free_gpus)
         fetch = storage_time(state, plan, self.costs) \
             + restore_time(state, new, self.costs, PERSISTENT_BYTES_PER_PARAM, plan, kept)

@@ -9,8 +9,7 @@ those gradients alone (``GRADIENT_BYTES_PER_PARAM``)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -63,18 +62,15 @@ class RunCosts:
         """A JSON object of some of the fields, e.g. ``{"storage_gbps": 100,
         "load_notice_s": 30}``, the others at their defaults: a cluster's own costs. A bad
         file is one :class:`~formulation.schema.InputError` naming it and the field."""
-        where = f"costs {str(path)!r}"
+        document = read_json(path, "costs")  # its errors name the file
         try:
-            reader = Reader(read_json(path, "costs"), "")
-            fields = {f.name: reader.raw(f.name) for f in dataclasses.fields(RunCosts)
-                      if reader.has(f.name)}
+            reader = Reader(document, "")
+            given = {f.name: reader.raw(f.name) for f in fields(RunCosts) if reader.has(f.name)}
             reader.finish()
-            costs = RunCosts(**fields)
+            costs = RunCosts(**given)
             check_ranges(costs, RUN_COST_RANGES)
         except InputError as err:
-            message = str(err)
-            raise InputError(message if str(path) in message else f"{where}: {message}") \
-                from None
+            raise InputError(f"costs {str(path)!r}: {err}") from None
         return costs
 
 

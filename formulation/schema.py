@@ -224,8 +224,9 @@ class Reader:
 
     def finish(self) -> None:
         unknown = sorted(set(self.value) - self.seen)
-        if unknown:
-            raise InputError(f"{self.path_of(unknown[0])} is not a known field")
+        if unknown:  # (a key that would not print as one line is quoted)
+            key = unknown[0] if unknown[0].isprintable() and unknown[0] else repr(unknown[0])
+            raise InputError(f"{self.path_of(key)} is not a known field")
 
 
 def _kind(value: Any) -> str:

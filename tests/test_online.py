@@ -1160,6 +1160,8 @@ def test_cost_model_state_bytes_unchanged(cost: CostModel):
     ('[{"storage_gbps": 100}]', "must be an object"),
     ('{"storage_gbps": 100,}', "is not valid JSON"),
     ('{"trace_interval_s": 0.001}', "trace_interval_s"),
+    ('{"trace_interval_s": 0.1}', "got 216000 (trace_interval_s of costs"),
+    ('{"a\\nb": 1}', "'a\\nb' is not a known field"),
 ])
 def test_bad_costs_are_one_line_naming_the_file(tmp_path: Path, document: str, needle: str):
     costs = tmp_path / "costs.json"
