@@ -61,13 +61,12 @@ from formulation.instance import Instance
 from formulation.plan import Plan
 from formulation.run_costs import (
     DEFAULT_COSTS,
-    GRADIENT_BYTES_PER_PARAM,
     MID_STEP_BYTES_PER_PARAM,
     RunCosts,
-    host_copy_time,
     kept_share,
     migration_bytes,
     migration_time,
+    read_after_fetch,
     restore_time,
     storage_time,
 )
@@ -299,8 +298,8 @@ class ReplanningPolicy:
         fetch = storage_time(state, plan, self.costs) \
             + restore_time(state, new, self.costs, PERSISTENT_BYTES_PER_PARAM, plan, kept)
         if self.planner.bound_s + fetch <= time_left:
-            read = host_copy_time(state, new, self.costs) + restore_time(
-                state, new, self.costs, GRADIENT_BYTES_PER_PARAM, plan, kept)
+            read = read_after_fetch(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan,
+                                    kept)
         else:
             read = restore_time(state, new, self.costs, MID_STEP_BYTES_PER_PARAM, plan, kept)
         return read + self.costs.switch_s

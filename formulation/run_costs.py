@@ -175,3 +175,13 @@ def restore_time(instance: Instance, plan: Plan, costs: RunCosts, per_param: flo
     if local.any():
         seconds += host_copy_time(instance, plan, costs, per_param)
     return seconds
+
+
+def read_after_fetch(instance: Instance, plan: Plan, costs: RunCosts, per_param: float,
+                     held: Plan | None = None, kept: np.ndarray | None = None) -> float:
+    """What is left of reading a checkpoint of ``per_param`` bytes a parameter into
+    ``plan`` once its nodes have fetched the weights and the optimizer's states into host
+    memory (a prepared restart): their copy to the GPUs and the read of the rest, the
+    gradients of a checkpoint inside a step (:func:`restore_time`, ``held``, ``kept``)."""
+    return host_copy_time(instance, plan, costs) + restore_time(
+        instance, plan, costs, per_param - PERSISTENT_BYTES_PER_PARAM, held, kept)

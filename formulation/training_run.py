@@ -126,6 +126,7 @@ from formulation.run_costs import (
     kept_share,
     migration_bytes,
     migration_time,
+    read_after_fetch,
     restore_time,
     storage_time,
 )
@@ -685,9 +686,8 @@ class _Run:
             fetched = max(prepared_s, checkpoint.state_durable_s) + restore_time(
                 self.instance, plan, self.costs, PERSISTENT_BYTES_PER_PARAM, held, kept)
             if fetched <= now:
-                return host_copy_time(self.instance, plan, self.costs) + restore_time(
-                    self.instance, plan, self.costs, per_param - PERSISTENT_BYTES_PER_PARAM,
-                    held, kept)
+                return read_after_fetch(self.instance, plan, self.costs, per_param, held,
+                                        kept)
         return restore_time(self.instance, plan, self.costs, per_param, held, kept)
 
     def first_loss(self, now: float, plan: Plan) -> float | None:
