@@ -28,10 +28,11 @@ the job restarts on the planner's plan, prepared during the notice
 state it reads is written once: where the plan's nodes can fetch the weights and the
 optimizer's states during the notice (after the running plan's state is written), their
 copy to the GPUs and the read of the gradients, else the read of the whole state, from
-host memory where a layer stays and from the store otherwise; then the cut-over. (It is
-optimistic where steps end inside the notice: the job checkpoints at each step boundary
-before the change, and the fetch counts only if it has read the last one's state by the
-change. The work the change rolls back is left out; the plan is the planner's for the
+host memory where a layer stays and from the store otherwise; then the cut-over. (Where
+steps end inside the notice, the job checkpoints at each step boundary before the change,
+each after the first the step's gradients alone, which the fetch reads too: the estimate
+leaves those reads out, and the wait for the first boundary. The work the change rolls
+back is left out; the plan is the planner's for the
 announced state, where the job restarts on its plan for the GPUs free both now and after
 the change, which may be smaller.) Where no plan leaves the headroom, the
 planner is asked again without it.
@@ -291,9 +292,9 @@ class ReplanningPolicy:
         at the change; else the whole read. The cut-over follows. (The fetch begins once
         the state is durable; the write counted is that of a checkpoint taken at the
         decision, its copy to host memory, the wait for its step boundary and the store's
-        other writes left out. Where steps end inside the notice, the run checkpoints the
-        new state at each boundary and credits the fetch only if it has read the last
-        one's by the change: there this estimate is optimistic.)"""
+        other writes left out. Where steps end inside the notice, the run checkpoints each
+        later step's gradients too, which the fetch reads before the change: they are
+        left out as well, so the estimate is optimistic there.)"""
         kept = kept_share(plan, state.free_gpus)
         fetch = storage_time(state, plan, self.costs) \
             + restore_time(state, new, self.costs, PERSISTENT_BYTES_PER_PARAM, plan, kept)

@@ -71,7 +71,14 @@ charged as in a real job (:class:`~formulation.run_costs.RunCosts`):
   the running plan will lose GPUs, with no switch under way, makes the job checkpoint at
   each step boundary until the change, whatever the interval (as a job checkpoints on a spot
   instance's reclaim notice), where that checkpoint can be durable before the change: the
-  interruption then rolls back at most the steps since the last such boundary. Where the
+  interruption then rolls back at most the steps since the last such boundary. Such a
+  checkpoint, where the last one (of the same plan, since it runs) holds the state the
+  step started from, is *differential*: it copies and writes the step's gradients alone
+  (``GRADIENT_BYTES_PER_PARAM``; reduced over the replicas, they are what the optimizer's
+  update applied, so a restart replays that update on the state before: LowDiff, arXiv
+  2509.04084, reuses the gradients as differential checkpoints), up to
+  :data:`MAX_DELTAS` steps after the state; a restart reads the state and each step's
+  gradients since (a prepared one fetches each once written). Where the
   step in progress ends too late for that, the job checkpoints inside it
   (:meth:`_Run.save_point`): at the last micro-batch boundary from which it can, the
   gradients accumulated so far (reduced over the replicas, bf16) join the state
@@ -141,7 +148,9 @@ class _Checkpoint:
     (a restart reads them back), the plan whose nodes hold its host-memory copy (None:
     the run's start, in the store only) and when the weights and the optimizer's states
     it holds were durable (a checkpoint inside a step holds the state the step started
-    from, which an earlier checkpoint may have written)."""
+    from, which an earlier checkpoint may have written); where it is differential, when
+    each step's gradients written since that state were durable (a restart replays
+    their optimizer updates)."""
 
     durable_s: float
     tokens: float
@@ -149,6 +158,13 @@ class _Checkpoint:
     per_param: float
     plan: Plan | None
     state_durable_s: float
+    deltas: tuple[float, ...] = ()
+
+
+MAX_DELTAS = int(PERSISTENT_BYTES_PER_PARAM // GRADIENT_BYTES_PER_PARAM)
+"""A differential checkpoint's chain holds at most this many steps' gradients (as many
+bytes as the state again), so that a restart from the store reads at most twice the
+state."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +248,9 @@ class _Run:
         # too, else its gradients alone (the store writes in order, so it is durable after
         # that copy)
         self.state_copied = False
+        # whether the state the step that just ended started from was copied by a
+        # checkpoint (then a checkpoint after it may write its gradients alone)
+        self.step_base_copied = False
         self.pending: dict | None = None  # a planned switch: plan, ready_s, cut_s, info
         self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
@@ -276,11 +295,29 @@ class _Run:
         return max(copied, self.store_free_s) \
             + storage_time(self.instance, plan, self.costs, per_param)
 
-    def boundary_durable(self, now: float, plan: Plan) -> float:
+    def boundary_durable(self, now: float, plan: Plan, differential: bool = False) -> float:
         """When a checkpoint of ``plan`` at the step boundary ``now`` would be durable: its
-        state copied to host memory, then written."""
-        return self.written_by(now + host_copy_time(self.instance, plan, self.costs), plan,
-                               PERSISTENT_BYTES_PER_PARAM)
+        state (or, ``differential``, the step's gradients) copied to host memory, then
+        written."""
+        per_param = GRADIENT_BYTES_PER_PARAM if differential else PERSISTENT_BYTES_PER_PARAM
+        return self.written_by(now + host_copy_time(self.instance, plan, self.costs,
+                                                    per_param), plan, per_param)
+
+    def chain_open(self, plan: Plan) -> bool:
+        """Whether the last checkpoint is one of ``plan`` since it runs (no switch or
+        restart since) whose chain of step gradients may grow (:data:`MAX_DELTAS`)."""
+        last = self.durable[-1]
+        return last.plan == plan and last.captured_s >= self.running_since \
+            and len(last.deltas) < MAX_DELTAS
+
+    def differential(self, now: float, plan: Plan) -> bool:
+        """Whether a checkpoint at the step boundary ``now`` writes the step's gradients
+        alone (module doc): a notice delivered announces a change that takes ``plan``'s
+        GPUs, and the last checkpoint, of ``plan`` with its chain open, holds the state
+        the step started from."""
+        return self.step_base_copied and self.chain_open(plan) and any(
+            not self.announced_fits(plan, now, effective)
+            for effective in self.changes_ahead(now))
 
     @property
     def next_checkpoint_s(self) -> float:
@@ -302,7 +339,7 @@ class _Run:
         switch decided on a notice (one cut to be done by its change) is under way."""
         if self.cutting:
             return False
-        durable = self.boundary_durable(now, plan)
+        durable = self.boundary_durable(now, plan, self.differential(now, plan))
         return any(durable <= effective and not self.announced_fits(plan, now, effective)
                    for effective in self.changes_ahead(now))
 
@@ -395,7 +432,10 @@ class _Run:
         that takes the plan's GPUs and leaves it time (:meth:`save_point`; ``step``: its
         :meth:`slots`)."""
         micro_batches, left, slot = step
-        after_step = self.boundary_durable(end, plan)
+        # (a notice announces the change: differential where the store has the state the
+        # step started from)
+        after_step = self.boundary_durable(end, plan,
+                                           self.state_copied and self.chain_open(plan))
         for effective in changes:
             if effective >= after_step or cost.store_free_s + cost.write_s > effective:
                 continue  # a checkpoint after the step will do; none can be in time
@@ -423,11 +463,15 @@ class _Run:
         if self.loses(plan, at, at + point.pause_s):
             return at
         self.add(at, at + point.pause_s, "checkpoint", plan)
-        # a restart reads the state and the gradients, whichever this copy held
-        state_durable = self.durable[-1].state_durable_s if self.state_copied \
-            else point.durable_s
-        self.durable.append(_Checkpoint(point.durable_s, self.tokens, at,
-                                        MID_STEP_BYTES_PER_PARAM, plan, state_durable))
+        # a restart reads the state (and the steps' gradients since, where differential)
+        # and these gradients, whichever this copy held
+        last = self.durable[-1]
+        chain = last.deltas if self.state_copied else ()
+        state_durable = last.state_durable_s if self.state_copied else point.durable_s
+        self.durable.append(_Checkpoint(
+            point.durable_s, self.tokens, at,
+            MID_STEP_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM * len(chain), plan,
+            state_durable, chain))
         self.state_copied = True
         self.last_checkpoint = at
         self.stood_still(at + point.pause_s)
@@ -533,7 +577,7 @@ class _Run:
         segment's own rate)."""
         self.add(start, end, kind, plan, tokens)
         if kind == "step":  # the optimizer's step: the state copied before is not this one
-            self.state_copied = False
+            self.step_base_copied, self.state_copied = self.state_copied, False
         before, self.tokens = self.tokens, self.tokens + tokens
         for interruption in self.record.interruptions:
             target = interruption["tokens_before"] + interruption["tokens_in_progress"]
@@ -544,18 +588,29 @@ class _Run:
     # -- what happens ----------------------------------------------------------------------
     def checkpoint(self, now: float, plan: Plan) -> float:
         """A checkpoint after the step that ended at ``now`` (none if the plan loses GPUs
-        during its pause: the next step sees that); returns when training goes on (the
-        write to the store goes on in the background)."""
-        copy = host_copy_time(self.instance, plan, self.costs)
+        during its pause: the next step sees that), of the state or, :meth:`differential`,
+        of the step's gradients; returns when training goes on (the write to the store goes
+        on in the background)."""
+        differential = self.differential(now, plan)
+        per_param = GRADIENT_BYTES_PER_PARAM if differential else PERSISTENT_BYTES_PER_PARAM
+        copy = host_copy_time(self.instance, plan, self.costs, per_param)
         # the state holds still until the next step's optimizer update, so its copy goes on
         # while that step runs and stalls training only where it is the longer
         pause = max(0.0, copy - self.step_times.at(plan, now))
         if self.loses(plan, now, now + pause):
             return now
         self.add(now, now + pause, "checkpoint", plan)
-        durable_from = self.written_by(now + copy, plan, PERSISTENT_BYTES_PER_PARAM)
-        self.durable.append(_Checkpoint(durable_from, self.tokens, now,
-                                        PERSISTENT_BYTES_PER_PARAM, plan, durable_from))
+        durable_from = self.written_by(now + copy, plan, per_param)
+        last = self.durable[-1]
+        if differential:
+            chain = (*last.deltas, durable_from)
+            self.durable.append(_Checkpoint(
+                durable_from, self.tokens, now,
+                PERSISTENT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM * len(chain), plan,
+                last.state_durable_s, chain))
+        else:
+            self.durable.append(_Checkpoint(durable_from, self.tokens, now,
+                                            PERSISTENT_BYTES_PER_PARAM, plan, durable_from))
         self.state_copied = True  # the state the next step starts from
         self.last_checkpoint = now
         self.stood_still(now + pause)
@@ -685,9 +740,13 @@ class _Run:
         if prepared_s is not None:
             fetched = max(prepared_s, checkpoint.state_durable_s) + restore_time(
                 self.instance, plan, self.costs, PERSISTENT_BYTES_PER_PARAM, held, kept)
-            if fetched <= now:
-                return read_after_fetch(self.instance, plan, self.costs, per_param, held,
-                                        kept)
+            for durable in checkpoint.deltas:  # each step's gradients, once written
+                fetched = max(fetched, durable) + restore_time(
+                    self.instance, plan, self.costs, GRADIENT_BYTES_PER_PARAM, held, kept)
+            if fetched <= now:  # (the updates' replay on the GPUs is left out: it is quick)
+                return read_after_fetch(
+                    self.instance, plan, self.costs,
+                    per_param - GRADIENT_BYTES_PER_PARAM * len(checkpoint.deltas), held, kept)
         return restore_time(self.instance, plan, self.costs, per_param, held, kept)
 
     def first_loss(self, now: float, plan: Plan) -> float | None:

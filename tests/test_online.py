@@ -419,30 +419,32 @@ def test_a_load_swing_interrupts_a_static_plan_and_a_notice_lets_it_switch(hand_
 
 
 def test_a_step_checkpointed_inside_goes_on_and_its_parts_make_one_step(hand_instance):
-    """With a store slow enough that a checkpoint after the step in progress would not be
-    durable by the change, the checkpoint inside it comes first; the step then goes on,
-    its end later by the pause, and its rest commits the rest of its tokens: the part
-    and the rest make one step, until the change rolls back what followed the
-    checkpoint. When the load leaves at 150 s, the restart reads the state with the
-    gradients (16 bytes a parameter): alpha's stage from its nodes' host memory, and beta's
-    from there for the 4 of its 8 GPUs the load left, from the store for the other half."""
-    scenario = Scenario.of(300.0, [Event(100.0, EventKind.LOAD, 1, value=0.25),
+    """A load announced 3 s before it takes beta at 98 s, inside a step, with a store slow
+    enough that a checkpoint after that step would not be durable by the change: the
+    checkpoint inside it comes first; the step then goes on, its end later by the pause,
+    and its rest commits the rest of its tokens: the part and the rest make one step,
+    until the change rolls back what followed the checkpoint (the step's gradients, which
+    the store would write after the checkpoint's state, would not be durable by then).
+    When the load leaves at 150 s, the restart reads the state with the gradients (16
+    bytes a parameter): alpha's stage from its nodes' host memory, and beta's from there
+    for the 4 of its 8 GPUs the load left, from the store for the other half."""
+    scenario = Scenario.of(300.0, [Event(98.0, EventKind.LOAD, 1, value=0.25),
                                    Event(150.0, EventKind.LOAD, 1, value=1.0)])
-    costs = dataclasses.replace(FAST, load_notice_s=60.0, storage_gbps=66.0)
+    costs = dataclasses.replace(FAST, load_notice_s=3.0, storage_gbps=66.0)
     record = simulate_run(hand_instance, scenario, Scripted(PLAN_A), costs)
     step = simulated_step_time(hand_instance, PLAN_A)
     segments = record.segments
-    (i,) = [i for i, s in enumerate(segments) if s.kind == "partial" and s.end_s < 100.0]
+    (i,) = [i for i, s in enumerate(segments) if s.kind == "partial" and s.end_s < 98.0]
     part, saved, rest = segments[i:i + 3]
     assert (saved.kind, rest.kind) == ("checkpoint", "step")
     assert rest.start_s == saved.end_s == pytest.approx(part.end_s + saved.end_s - saved.start_s)
     assert rest.end_s - part.start_s == pytest.approx(step + saved.end_s - saved.start_s)
     assert part.tokens + rest.tokens == pytest.approx(record.tokens_per_step)
-    assert rest.end_s < 100.0 and not part.rolled_back and rest.rolled_back
+    assert rest.end_s < 98.0 and not part.rolled_back and rest.rolled_back
     (interruption,) = record.interruptions
     assert interruption["rolled_back_from_s"] == part.end_s
     assert interruption["tokens_lost"] == pytest.approx(rest.tokens + sum(
-        s.tokens for s in segments[i + 3:] if s.kind == "step" and s.end_s <= 100.0))
+        s.tokens for s in segments[i + 3:] if s.kind == "step" and s.end_s <= 98.0))
     (restart,) = [s for s in segments if s.kind == "stopped" and s.start_s >= 150.0]
     beta = stage_state_bytes(hand_instance, PLAN_A, MID_STEP_BYTES_PER_PARAM)[1]
     read = 0.5 * beta / (costs.storage_gbps * GBIT) \
@@ -624,6 +626,58 @@ def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
         read += host_copy_time(instance, PLAN_C, costs)
     assert (restart.start_s, restart.end_s) == (change, pytest.approx(
         change + read + costs.switch_s))
+
+
+@pytest.mark.parametrize("steps_before", [5.2, 6.9])
+def test_checkpoints_on_a_notice_write_each_steps_gradients_after_the_state(
+        hand_instance, steps_before):
+    """33-second steps, a store that writes PLAN_A's state in 20 s, and beta's load
+    announced 120 s before it comes ``steps_before`` steps in; the policy restarts on
+    alpha alone. From the notice on the job checkpoints at every step boundary: the first
+    writes the state, each later one the step's gradients alone (a differential
+    checkpoint, 2.9 s), and one inside the last step its gradients. The nodes fetch the
+    state (20 s) and each step's gradients once written, all before the change, which is
+    left with the gradients of the step in progress: a stop of 2.9 s and the cut-over.
+    Were every boundary's checkpoint the state (20 s each), the last one's fetch would end
+    after the change, and the restart would read the whole state (27.9 s). A failure
+    before the change rolls back to the last boundary's checkpoint, and the cold restart
+    reads the state and the steps' gradients since."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=768))
+    step = simulated_step_time(instance, PLAN_A)
+    change = steps_before * step
+    costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=120.0)
+    record = simulate_run(instance, Scenario.of(change + 100.0, [
+        Event(change, EventKind.LOAD, 1, value=0.25)]),
+        RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=1e9), costs)
+    (interruption,) = record.interruptions
+    assert change - step < interruption["rolled_back_from_s"] < change
+    (restart,) = [s for s in record.segments if s.kind == "stopped" and s.start_s > 0.0]
+    kept = np.array([1.0, 0.5, 1.0])  # (beta's layers all move to alpha: from the store)
+    gradients = restore_time(instance, PLAN_C, costs, GRADIENT_BYTES_PER_PARAM, PLAN_A, kept)
+    whole = restore_time(instance, PLAN_C, costs, MID_STEP_BYTES_PER_PARAM, PLAN_A, kept)
+    assert gradients == pytest.approx(20.0 / 7, rel=1e-4)  # (alpha: host memory, quick)
+    assert whole == pytest.approx(20.0 * 8 / 7, rel=1e-4)
+    read = host_copy_time(instance, PLAN_C, costs) + gradients
+    assert (restart.start_s, restart.end_s) == (change, pytest.approx(
+        change + read + costs.switch_s))
+    # beta fails 0.3 steps before instead, unannounced: back to the checkpoint at the last
+    # boundary (its step's gradients, the second after the state written at the first
+    # boundary of the notice), and a cold restart that reads the state and both steps'
+    # gradients (alpha's from host memory, beta's from the store)
+    failure = change - 0.3 * step
+    record = simulate_run(instance, Scenario.of(change + 100.0, [
+        Event(change, EventKind.LOAD, 1, value=0.25),
+        Event(failure, EventKind.DOMAIN_FAILURE, 1, duration_s=500.0)]),
+        RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=1e9), costs)
+    (interruption,) = record.interruptions
+    assert interruption["rolled_back_from_s"] == pytest.approx(
+        math.floor(steps_before - 0.3) * step)
+    detected = failure + costs.detection_s + 1.0  # (the policy's decision: 1 s)
+    (restart,) = [s for s in record.segments if s.kind == "stopped" and s.start_s == detected]
+    chain = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM
+                         + 2 * GRADIENT_BYTES_PER_PARAM, PLAN_A, np.array([1.0, 0.0, 1.0]))
+    assert restart.end_s == pytest.approx(detected + chain + costs.restart_s)
 
 
 def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
