@@ -81,7 +81,7 @@ class Checkpoint:
 MAX_DELTAS = int(PERSISTENT_BYTES_PER_PARAM // GRADIENT_BYTES_PER_PARAM)
 """A differential checkpoint's chain holds at most this many steps' gradients (as many
 bytes as the state again), so that a restart from the store reads at most twice the
-state."""
+state (and the gradients of a checkpoint inside a step)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,10 +112,10 @@ class SaveCost:
 
 class Checkpointing:
     """The run simulator's checkpoints (module doc). It reads the run's ``instance``,
-    ``costs``, ``policy``, ``states``, ``step_times``, ``record``, ``running_since`` and
-    ``stopped``, and its :meth:`loses`, :meth:`announced_fits`, :meth:`changes_ahead`,
-    :attr:`cutting`, :meth:`slots`, :meth:`progress`, :meth:`add` and :meth:`stood_still`;
-    it keeps its own state (:meth:`start_checkpoints`)."""
+    ``costs``, ``policy``, ``states``, ``step_times``, ``record``, ``tokens``,
+    ``running_since`` and ``stopped``, and uses its ``loses``, ``announced_fits``,
+    ``changes_ahead``, ``cutting``, ``slots``, ``drain``, ``progress``, ``add`` and
+    ``stood_still``; it keeps its own state (:meth:`start_checkpoints`)."""
 
     def start_checkpoints(self) -> None:
         """The run's start: its only checkpoint the initial state, in the store."""
@@ -130,7 +130,8 @@ class Checkpointing:
         # that copy)
         self.state_copied = False
         # whether the state the step that just ended started from was copied by a
-        # checkpoint (then a checkpoint after it may write its gradients alone)
+        # checkpoint or read back by a restart (then a checkpoint after it may write its
+        # gradients alone)
         self.step_base_copied = False
         self.saved: set[float] = set()  # the changes a checkpoint inside a step was for
 
@@ -154,19 +155,23 @@ class Checkpointing:
         return self.written_by(now + host_copy_time(self.instance, plan, self.costs,
                                                     per_param), plan, per_param)
 
-    def chain_open(self, plan: Plan) -> bool:
-        """Whether the last checkpoint is one of ``plan`` since it runs (no switch or
-        restart since) whose chain of step gradients may grow (:data:`MAX_DELTAS`)."""
+    def extends_chain(self, plan: Plan, base_copied: bool) -> bool:
+        """Whether a checkpoint of ``plan`` at a step boundary may write the step's
+        gradients alone: the step started from a state a checkpoint holds
+        (``base_copied``), and the last checkpoint is one ``plan`` took since it runs (no
+        switch or restart since; one inside its first step after a restart goes on with
+        the chain the restart read, which the store holds), its chain shorter than
+        :data:`MAX_DELTAS`."""
         last = self.durable[-1]
-        return last.plan == plan and last.captured_s >= self.running_since \
-            and len(last.deltas) < MAX_DELTAS
+        return base_copied and last.plan == plan \
+            and last.captured_s >= self.running_since and len(last.deltas) < MAX_DELTAS
 
     def differential(self, now: float, plan: Plan) -> bool:
         """Whether a checkpoint at the step boundary ``now`` writes the step's gradients
         alone (module doc): a notice delivered announces a change that takes ``plan``'s
         GPUs, and the last checkpoint, of ``plan`` with its chain open, holds the state
         the step started from."""
-        return self.step_base_copied and self.chain_open(plan) and any(
+        return self.extends_chain(plan, self.step_base_copied) and any(
             not self.announced_fits(plan, now, effective)
             for effective in self.changes_ahead(now))
 
@@ -261,7 +266,7 @@ class Checkpointing:
         # (a notice announces the change: differential where the store has the state the
         # step started from)
         after_step = self.boundary_durable(end, plan,
-                                           self.state_copied and self.chain_open(plan))
+                                           self.extends_chain(plan, self.state_copied))
         for effective in changes:
             if effective >= after_step or cost.store_free_s + cost.write_s > effective:
                 continue  # a checkpoint after the step will do; none can be in time
@@ -312,8 +317,10 @@ class Checkpointing:
         per_param = GRADIENT_BYTES_PER_PARAM if differential else PERSISTENT_BYTES_PER_PARAM
         copy = host_copy_time(self.instance, plan, self.costs, per_param)
         # the state holds still until the next step's optimizer update, so its copy goes on
-        # while that step runs and stalls training only where it is the longer
-        pause = max(0.0, copy - self.step_times.at(plan, now))
+        # while that step runs and stalls training only where it is the longer; the
+        # gradients do not (the next step's backward passes overwrite them): their copy
+        # stops training
+        pause = copy if differential else max(0.0, copy - self.step_times.at(plan, now))
         if self.loses(plan, now, now + pause):
             return now
         self.add(now, now + pause, "checkpoint", plan)
@@ -361,8 +368,9 @@ class Checkpointing:
             for durable in checkpoint.deltas:  # each step's gradients, once written
                 fetched = max(fetched, durable) + restore_time(
                     self.instance, plan, self.costs, GRADIENT_BYTES_PER_PARAM, held, kept)
-            if fetched <= now:  # (the updates' replay on the GPUs is left out: it is quick)
+            if fetched <= now:  # the state and the steps' gradients wait in host memory
                 return read_after_fetch(
-                    self.instance, plan, self.costs,
-                    per_param - GRADIENT_BYTES_PER_PARAM * len(checkpoint.deltas), held, kept)
+                    self.instance, plan, self.costs, per_param, held, kept,
+                    PERSISTENT_BYTES_PER_PARAM
+                    + GRADIENT_BYTES_PER_PARAM * len(checkpoint.deltas))
         return restore_time(self.instance, plan, self.costs, per_param, held, kept)

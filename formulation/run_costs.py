@@ -156,8 +156,9 @@ def restore_time(instance: Instance, plan: Plan, costs: RunCosts, per_param: flo
     """Reading a checkpoint back into ``plan``'s stages. Where ``held``, the plan that took
     it, is given, its nodes kept their host-memory copy (the checkpoint's copy stage, kept
     until the next checkpoint is durable, as Gemini, SOSP'23, and DataStates-LLM keep
-    theirs) on ``kept`` of each domain's GPUs it used (:func:`kept_share`): a layer that
-    stays in its domain reads that share from host memory (every GPU at most its shard, at
+    theirs; the state a differential one builds on, until the next of the state) on
+    ``kept`` of each domain's GPUs it used (:func:`kept_share`): a layer that stays in its
+    domain reads that share from host memory (every GPU at most its shard, at
     ``host_copy_gbps``) and the rest from the store; a layer that moves, or every layer
     without ``held``, reads it all from the store (``storage_gbps`` per domain)."""
     cm = cost_model(instance)
@@ -178,10 +179,14 @@ def restore_time(instance: Instance, plan: Plan, costs: RunCosts, per_param: flo
 
 
 def read_after_fetch(instance: Instance, plan: Plan, costs: RunCosts, per_param: float,
-                     held: Plan | None = None, kept: np.ndarray | None = None) -> float:
+                     held: Plan | None = None, kept: np.ndarray | None = None,
+                     fetched: float = PERSISTENT_BYTES_PER_PARAM) -> float:
     """What is left of reading a checkpoint of ``per_param`` bytes a parameter into
-    ``plan`` once its nodes have fetched the weights and the optimizer's states into host
-    memory (a prepared restart): their copy to the GPUs and the read of the rest, the
-    gradients of a checkpoint inside a step (:func:`restore_time`, ``held``, ``kept``)."""
-    return host_copy_time(instance, plan, costs) + restore_time(
-        instance, plan, costs, per_param - PERSISTENT_BYTES_PER_PARAM, held, kept)
+    ``plan`` once its nodes have fetched ``fetched`` of them into host memory (a prepared
+    restart: the weights and the optimizer's states, and a differential checkpoint's
+    steps' gradients): their copy to the GPUs and the read of the rest, the gradients of
+    a checkpoint inside a step (:func:`restore_time`, ``held``, ``kept``). (Replaying a
+    differential checkpoint's optimizer updates on the GPUs reads and writes the state
+    once a step, at memory bandwidth: milliseconds, left out.)"""
+    return host_copy_time(instance, plan, costs, fetched) + restore_time(
+        instance, plan, costs, per_param - fetched, held, kept)

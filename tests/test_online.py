@@ -598,8 +598,11 @@ def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
     """3-minute steps; load takes beta inside the second step, announced ``notice_s``
     before; the policy restarts on alpha alone. The job checkpoints inside the step
     before the change (the state the step started from, durable since the checkpoint
-    after the first step, and the gradients). The plan's nodes fetch that state into host
-    memory from the decision on (1 s after the notice), alongside the stages' start
+    after the first step, and the gradients). With 120 s of notice, the notice comes
+    before that step boundary, and the checkpoint there is differential: the checkpoints
+    inside the first step (every 60 s) hold the state the step started from, so it writes
+    the step's gradients. The plan's nodes fetch that state (and those gradients) into
+    host memory from the decision on (1 s after the notice), alongside the stages' start
     (``prepare_s``): the fetch (about 25 s) ends before the change with 120 s and with
     40 s of notice (the stages alone are ready 9 s before it), and at the change only its
     copy to the GPUs and the gradients are left. With 20 s (stages ready in 10 s), the
@@ -620,10 +623,11 @@ def test_a_prepared_restart_fetches_the_state_of_a_long_step_before_the_change(
     fetch = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM, PLAN_A, kept)
     assert 40.0 - 1.0 > fetch > 40.0 - 31.0 and fetch > 20.0 - 1.0  # (about 25 s)
     fetched = notice_s - 1.0 > fetch
-    per_param = GRADIENT_BYTES_PER_PARAM if fetched else MID_STEP_BYTES_PER_PARAM
+    delta = GRADIENT_BYTES_PER_PARAM if change - notice_s <= step else 0.0
+    per_param = GRADIENT_BYTES_PER_PARAM if fetched else MID_STEP_BYTES_PER_PARAM + delta
     read = restore_time(instance, PLAN_C, costs, per_param, PLAN_A, kept)
-    if fetched:  # the state fetched waits in host memory
-        read += host_copy_time(instance, PLAN_C, costs)
+    if fetched:  # the state fetched, and the step's gradients, wait in host memory
+        read += host_copy_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM + delta)
     assert (restart.start_s, restart.end_s) == (change, pytest.approx(
         change + read + costs.switch_s))
 
@@ -639,7 +643,7 @@ def test_checkpoints_on_a_notice_write_each_steps_gradients_after_the_state(
     state (20 s) and each step's gradients once written, all before the change, which is
     left with the gradients of the step in progress: a stop of 2.9 s and the cut-over.
     Were every boundary's checkpoint the state (20 s each), the last one's fetch would end
-    after the change, and the restart would read the whole state (27.9 s). A failure
+    after the change, and the restart would read the whole state (a 27.9 s stop). A failure
     before the change rolls back to the last boundary's checkpoint, and the cold restart
     reads the state and the steps' gradients since."""
     instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
@@ -658,7 +662,10 @@ def test_checkpoints_on_a_notice_write_each_steps_gradients_after_the_state(
     whole = restore_time(instance, PLAN_C, costs, MID_STEP_BYTES_PER_PARAM, PLAN_A, kept)
     assert gradients == pytest.approx(20.0 / 7, rel=1e-4)  # (alpha: host memory, quick)
     assert whole == pytest.approx(20.0 * 8 / 7, rel=1e-4)
-    read = host_copy_time(instance, PLAN_C, costs) + gradients
+    # (the state and the steps' gradients since, in host memory, copied to the GPUs)
+    deltas = math.floor(steps_before) - math.ceil(steps_before - 120.0 / step)
+    read = host_copy_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM
+                          + deltas * GRADIENT_BYTES_PER_PARAM) + gradients
     assert (restart.start_s, restart.end_s) == (change, pytest.approx(
         change + read + costs.switch_s))
     # beta fails 0.3 steps before instead, unannounced: back to the checkpoint at the last
@@ -678,6 +685,83 @@ def test_checkpoints_on_a_notice_write_each_steps_gradients_after_the_state(
     chain = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM
                          + 2 * GRADIENT_BYTES_PER_PARAM, PLAN_A, np.array([1.0, 0.0, 1.0]))
     assert restart.end_s == pytest.approx(detected + chain + costs.restart_s)
+
+
+def test_a_prepared_restart_reads_what_its_nodes_have_not_fetched_by_the_change(
+        hand_instance):
+    """As above, with the change 4 s after the sixth step boundary: the gradients of the
+    sixth step, the third after the state, are durable 2.9 s after that boundary, and the
+    nodes would have fetched them 2.9 s later, after the change: the restart reads the
+    state and the three steps' gradients from the store."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=768))
+    step = simulated_step_time(instance, PLAN_A)
+    change = 6.12 * step
+    costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=120.0)
+    record = simulate_run(instance, Scenario.of(change + 100.0, [
+        Event(change, EventKind.LOAD, 1, value=0.25)]),
+        RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=1e9), costs)
+    (interruption,) = record.interruptions
+    assert interruption["rolled_back_from_s"] == pytest.approx(6 * step)
+    (restart,) = [s for s in record.segments if s.kind == "stopped" and s.start_s > 0.0]
+    read = restore_time(instance, PLAN_C, costs, PERSISTENT_BYTES_PER_PARAM
+                        + 3 * GRADIENT_BYTES_PER_PARAM, PLAN_A, np.array([1.0, 0.5, 1.0]))
+    assert (restart.start_s, restart.end_s) == (change, pytest.approx(
+        change + read + costs.switch_s))
+
+
+def _cold_read(record, failure: float, costs: RunCosts) -> float:
+    """The read of the cold restart after the interruption at ``failure``: its stop less
+    the cold start, once the GPUs are back (the detection and the decision aside)."""
+    (interruption,) = [i for i in record.interruptions if i["time_s"] == failure]
+    (restart,) = [s for s in record.segments if s.kind == "stopped"
+                  and s.end_s == interruption["resumed_s"]]
+    return restart.end_s - restart.start_s - costs.restart_s
+
+
+def test_a_chain_of_step_gradients_ends_at_its_cap_and_at_a_restart(hand_instance):
+    """33-second steps, a store that writes the state in 20 s, and beta's load announced
+    400 s before it comes: from the first step boundary of the notice (the third) the job
+    checkpoints at each one, the state, then 7 steps' gradients (the cap: as many bytes
+    again), then the state again, then gradients. Beta fails, unannounced, 0.9 steps after
+    the tenth, the eleventh or the thirteenth boundary: the cold restart reads the state
+    and 7, 0 or 2 steps' gradients (14 + 2n bytes a parameter; alpha's from host memory).
+    And after a restart the chain starts again: the first boundary's checkpoint writes
+    the state, not the step's gradients after the restored chain."""
+    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
+                                                                  global_batch=768))
+    step = simulated_step_time(instance, PLAN_A)
+    costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=400.0)
+    assert 2 * step < 14.5 * step - 400.0 < 3 * step
+    beta_gone = np.array([1.0, 0.0, 1.0])
+
+    def chain_read(plan: Plan, deltas: int) -> float:
+        return restore_time(instance, plan, costs, PERSISTENT_BYTES_PER_PARAM
+                            + deltas * GRADIENT_BYTES_PER_PARAM, PLAN_A, beta_gone)
+
+    change = Event(14.5 * step, EventKind.LOAD, 1, value=0.25)
+    for boundary, deltas in ((10, 7), (11, 0), (13, 2)):
+        failure = (boundary + 0.9) * step
+        record = simulate_run(instance, Scenario.of(change.time_s + 100.0, [
+            change, Event(failure, EventKind.DOMAIN_FAILURE, 1, duration_s=1000.0)]),
+            RestartsWith(PLAN_A, PLAN_C, checkpoint_interval_s=1e9), costs)
+        (interruption,) = record.interruptions
+        assert interruption["rolled_back_from_s"] == pytest.approx(boundary * step)
+        assert _cold_read(record, failure, costs) == pytest.approx(chain_read(PLAN_C, deltas))
+    # beta fails inside the sixth step for 30 s (back to the state of the fifth boundary,
+    # the first of the notice), and again 1.9 steps after the restart: back to the first
+    # boundary after it, whose checkpoint holds the state
+    change = Event(16.5 * step, EventKind.LOAD, 1, value=0.25)
+    first = Event(5.9 * step, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)
+    once = simulate_run(instance, Scenario.of(change.time_s + 100.0, [change, first]),
+                        RestartsWith(PLAN_A, PLAN_A, checkpoint_interval_s=1e9), costs)
+    resumed = once.interruptions[0]["resumed_s"]
+    second = Event(resumed + 1.9 * step, EventKind.DOMAIN_FAILURE, 1, duration_s=30.0)
+    twice = simulate_run(instance, Scenario.of(change.time_s + 100.0, [change, first, second]),
+                         RestartsWith(PLAN_A, PLAN_A, checkpoint_interval_s=1e9), costs)
+    assert twice.interruptions[0]["resumed_s"] == resumed  # (the same run until then)
+    assert twice.interruptions[1]["rolled_back_from_s"] == pytest.approx(resumed + step)
+    assert _cold_read(twice, second.time_s, costs) == pytest.approx(chain_read(PLAN_A, 0))
 
 
 def test_steps_longer_than_the_interval_are_checkpointed_inside_every_interval(
