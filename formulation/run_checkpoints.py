@@ -78,6 +78,11 @@ class Checkpoint:
     deltas: tuple[float, ...] = ()
 
 
+def chain_bytes(deltas: tuple[float, ...]) -> float:
+    """Bytes a parameter of a state and the steps' gradients written since (``deltas``)."""
+    return PERSISTENT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM * len(deltas)
+
+
 MAX_DELTAS = int(PERSISTENT_BYTES_PER_PARAM // GRADIENT_BYTES_PER_PARAM)
 """A differential checkpoint's chain holds at most this many steps' gradients (as many
 bytes as the state again), so that a restart from the store reads at most twice the
@@ -300,9 +305,8 @@ class Checkpointing:
         chain = last.deltas if self.state_copied else ()
         state_durable = last.state_durable_s if self.state_copied else point.durable_s
         self.durable.append(Checkpoint(
-            point.durable_s, self.tokens, at,
-            MID_STEP_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM * len(chain), plan,
-            state_durable, chain))
+            point.durable_s, self.tokens, at, chain_bytes(chain) + GRADIENT_BYTES_PER_PARAM,
+            plan, state_durable, chain))
         self.state_copied = True
         self.last_checkpoint = at
         self.stood_still(at + point.pause_s)
@@ -326,15 +330,10 @@ class Checkpointing:
         self.add(now, now + pause, "checkpoint", plan)
         durable_from = self.written_by(now + copy, plan, per_param)
         last = self.durable[-1]
-        if differential:
-            chain = (*last.deltas, durable_from)
-            self.durable.append(Checkpoint(
-                durable_from, self.tokens, now,
-                PERSISTENT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM * len(chain), plan,
-                last.state_durable_s, chain))
-        else:
-            self.durable.append(Checkpoint(durable_from, self.tokens, now,
-                                            PERSISTENT_BYTES_PER_PARAM, plan, durable_from))
+        chain = (*last.deltas, durable_from) if differential else ()
+        state_durable = last.state_durable_s if differential else durable_from
+        self.durable.append(Checkpoint(durable_from, self.tokens, now, chain_bytes(chain),
+                                       plan, state_durable, chain))
         self.state_copied = True  # the state the next step starts from
         self.last_checkpoint = now
         self.stood_still(now + pause)
@@ -365,12 +364,11 @@ class Checkpointing:
         if prepared_s is not None:
             fetched = max(prepared_s, checkpoint.state_durable_s) + restore_time(
                 self.instance, plan, self.costs, PERSISTENT_BYTES_PER_PARAM, held, kept)
+            step = restore_time(self.instance, plan, self.costs, GRADIENT_BYTES_PER_PARAM,
+                                held, kept)
             for durable in checkpoint.deltas:  # each step's gradients, once written
-                fetched = max(fetched, durable) + restore_time(
-                    self.instance, plan, self.costs, GRADIENT_BYTES_PER_PARAM, held, kept)
+                fetched = max(fetched, durable) + step
             if fetched <= now:  # the state and the steps' gradients wait in host memory
-                return read_after_fetch(
-                    self.instance, plan, self.costs, per_param, held, kept,
-                    PERSISTENT_BYTES_PER_PARAM
-                    + GRADIENT_BYTES_PER_PARAM * len(checkpoint.deltas))
+                return read_after_fetch(self.instance, plan, self.costs, per_param, held,
+                                        kept, chain_bytes(checkpoint.deltas))
         return restore_time(self.instance, plan, self.costs, per_param, held, kept)

@@ -95,6 +95,11 @@ def _long_steps(instance: Instance) -> Instance:
     return instance.replace(training=dataclasses.replace(instance.training, global_batch=4096))
 
 
+def _half_minute_steps(instance: Instance) -> Instance:
+    """``instance`` with 768 sequences a step: PLAN_A's steps take about 33 s."""
+    return instance.replace(training=dataclasses.replace(instance.training, global_batch=768))
+
+
 def _copying_in(instance: Instance, seconds: float) -> RunCosts:
     """FAST, but PLAN_A's state (14 bytes a parameter) takes ``seconds`` to copy to host
     memory."""
@@ -646,8 +651,7 @@ def test_checkpoints_on_a_notice_write_each_steps_gradients_after_the_state(
     after the change, and the restart would read the whole state (a 27.9 s stop). A failure
     before the change rolls back to the last boundary's checkpoint, and the cold restart
     reads the state and the steps' gradients since."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=768))
+    instance = _half_minute_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     change = steps_before * step
     costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=120.0)
@@ -693,8 +697,7 @@ def test_a_prepared_restart_reads_what_its_nodes_have_not_fetched_by_the_change(
     sixth step, the third after the state, are durable 2.9 s after that boundary, and the
     nodes would have fetched them 2.9 s later, after the change: the restart reads the
     state and the three steps' gradients from the store."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=768))
+    instance = _half_minute_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     change = 6.12 * step
     costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=120.0)
@@ -728,8 +731,7 @@ def test_a_chain_of_step_gradients_ends_at_its_cap_and_at_a_restart(hand_instanc
     and 7, 0 or 2 steps' gradients (14 + 2n bytes a parameter; alpha's from host memory).
     And after a restart the chain starts again: the first boundary's checkpoint writes
     the state, not the step's gradients after the restored chain."""
-    instance = hand_instance.replace(training=dataclasses.replace(hand_instance.training,
-                                                                  global_batch=768))
+    instance = _half_minute_steps(hand_instance)
     step = simulated_step_time(instance, PLAN_A)
     costs = dataclasses.replace(_writing_in(instance, 20.0), load_notice_s=400.0)
     assert 2 * step < 14.5 * step - 400.0 < 3 * step
